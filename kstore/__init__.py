@@ -1,0 +1,37 @@
+"""kstore: tabular datasets on object stores and file systems, kartothek-format compatible.
+
+Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
+
+    store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
+    load_metadata, read_schema, index_lookup, open_store
+"""
+
+from kstore._version import __version__
+from kstore.eager import (
+    index_lookup,
+    iter_dataset,
+    load_metadata,
+    plan_read,
+    read_dataset,
+    read_schema,
+    read_table,
+    store_dataset,
+    update_dataset,
+)
+from kstore.errors import KstoreError
+from kstore.io.store import open_store
+
+__all__ = [
+    "__version__",
+    "KstoreError",
+    "index_lookup",
+    "iter_dataset",
+    "load_metadata",
+    "open_store",
+    "plan_read",
+    "read_dataset",
+    "read_schema",
+    "read_table",
+    "store_dataset",
+    "update_dataset",
+]

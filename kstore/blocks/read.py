@@ -1,0 +1,192 @@
+"""Reading building blocks: one planned file -> an Arrow table in the dataset's read schema.
+
+Files are opened through ``Store.open`` (range reads), only the needed columns are read,
+row groups are pruned by their Parquet statistics, rows are filtered exactly by the task's
+residual predicate, and partition columns are rebuilt, typed, from the label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pyarrow.types as pat
+
+from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.predicates import columns_of, to_expression
+from kstore.core.types import read_schema, read_type, schema_pandas_metadata
+from kstore.errors import CorruptMetadataError, KeyNotFoundError
+from kstore.io.store import Store
+
+__all__ = ["read_task", "read_plan", "to_pandas", "empty_table"]
+
+_FORMAT = ds.ParquetFileFormat()
+
+
+def _constant(value: Any, t: pa.DataType, n: int) -> pa.Array:
+    one = pa.array([value], type=t)
+    return one.take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: str, key: str) -> pa.Table:
+    """Cast/reorder to ``names`` of the read schema; columns the file lacks become null."""
+    arrays = []
+    for name in names:
+        t = schema.field(name).type
+        if name in table.column_names:
+            col = table.column(name)
+            if not col.type.equals(t):
+                try:
+                    col = col.cast(t)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise CorruptMetadataError(
+                        f"dataset {dataset!r}: column {name!r} in {key!r} is {col.type}, "
+                        f"which does not convert to the dataset type {t}"
+                    ) from exc
+            arrays.append(col)
+        else:
+            arrays.append(pa.nulls(table.num_rows, t))
+    return pa.Table.from_arrays(arrays, schema=pa.schema([schema.field(n) for n in names]))
+
+
+def read_task(
+    store: Store,
+    plan: ReadPlan,
+    task: ReadTask,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """Read one planned file: projected, row-group pruned, exactly filtered, typed."""
+    rschema = read_schema(plan.schema)
+    columns = list(columns if columns is not None else plan.columns)
+    pvalues = dict(task.partition_values)
+    residual_cols = [c for c in columns_of(task.residual) if c not in pvalues]
+    data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pvalues]
+    try:
+        fh = store.open(task.key)
+    except KeyNotFoundError as exc:
+        raise CorruptMetadataError(
+            f"dataset {plan.dataset_uuid!r}: partition {task.label!r} file {task.key!r} is missing"
+        ) from exc
+    with fh:
+        try:
+            fragment = _FORMAT.make_fragment(fh)
+            physical = fragment.physical_schema
+            present = [c for c in data_cols if c in physical.names]
+            expr = to_expression(task.residual, rschema) if task.residual else None
+            can_push = expr is not None and all(c in physical.names for c in residual_cols)
+            try:
+                table = fragment.to_table(columns=present, filter=expr if can_push else None)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+                can_push = False
+                table = fragment.to_table(columns=present)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptMetadataError(
+                f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"
+            ) from exc
+    table = _conform(table, rschema, data_cols, plan.dataset_uuid, task.key)
+    if expr is not None and not can_push:
+        table = table.filter(expr)
+    n = table.num_rows
+    arrays, fields = [], []
+    for name in columns:
+        f = rschema.field(name)
+        arrays.append(_constant(pvalues[name], f.type, n) if name in pvalues else table.column(name))
+        fields.append(f)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def empty_table(plan: ReadPlan, columns: Sequence[str] | None = None) -> pa.Table:
+    rschema = read_schema(plan.schema)
+    cols = list(columns if columns is not None else plan.columns)
+    return pa.schema([rschema.field(c) for c in cols]).empty_table()
+
+
+def read_plan(
+    store: Store,
+    plan: ReadPlan,
+    columns: Sequence[str] | None = None,
+    *,
+    max_workers: int = 8,
+) -> pa.Table:
+    """Read every task of a plan in parallel and concatenate (plan order)."""
+    if not plan.tasks:
+        return empty_table(plan, columns)
+    if len(plan.tasks) == 1 or max_workers <= 1:
+        tables = [read_task(store, plan, t, columns) for t in plan.tasks]
+    else:
+        with ThreadPoolExecutor(min(max_workers, len(plan.tasks))) as pool:
+            tables = list(pool.map(lambda t: read_task(store, plan, t, columns), plan.tasks))
+    return pa.concat_tables(tables)
+
+
+def to_pandas(
+    table: pa.Table,
+    schema: pa.Schema,
+    *,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+):
+    """Arrow -> pandas the way kartothek users expect.
+
+    Dates become ``datetime64[ns]`` unless ``dates_as_object``; ``categoricals`` columns
+    become pandas categoricals; nullable integer dtypes recorded in the dataset's pandas
+    metadata (``Int64``) are restored.
+    """
+    categoricals = list(categoricals or [])
+    missing = [c for c in categoricals if c not in table.column_names]
+    if missing:
+        from kstore.errors import ColumnNotFoundError
+
+        raise ColumnNotFoundError(f"categoricals names column(s) {missing} that are not read")
+    arrays, fields = [], []
+    for f, col in zip(table.schema, table.columns):
+        if pat.is_date32(f.type) and not dates_as_object:
+            col = col.cast(pa.timestamp("ns"))
+        if f.name in categoricals and not pat.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        arrays.append(col)
+        fields.append(pa.field(f.name, col.type))
+    meta = schema_pandas_metadata(schema)
+    out_schema = pa.schema(fields)
+    if meta:
+        import json
+
+        cols = {c["field_name"]: c for c in meta.get("columns", []) if c.get("field_name")}
+        meta = dict(meta, index_columns=[], column_indexes=[],
+                    columns=[_pandas_col(cols.get(f.name), f) for f in fields])
+        out_schema = out_schema.with_metadata({b"pandas": json.dumps(meta).encode()})
+    table = pa.Table.from_arrays(arrays, schema=out_schema)
+    return table.to_pandas(date_as_object=dates_as_object)
+
+
+def _pandas_col(entry: dict | None, f: pa.Field) -> dict:
+    from kstore.core.types import pandas_metadata
+
+    fresh = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
+    if entry is not None and entry.get("numpy_type") in ("Int64", "UInt64", "boolean", "Float64"):
+        fresh["numpy_type"] = entry["numpy_type"]
+    if pat.is_dictionary(f.type):
+        fresh["pandas_type"] = "categorical"
+        fresh["numpy_type"] = str(f.type.index_type)
+        fresh["metadata"] = {"num_categories": None, "ordered": f.type.ordered}
+    return fresh
+
+
+def index_values_from_files(store: Store, meta: Any, files: Sequence[Any], column: str) -> list[Any]:
+    """Distinct values of ``column`` in already written files (read back from the store)."""
+    from dataclasses import replace as _replace
+
+    out = []
+    for f in files:
+        with store.open(f.key) as fh:
+            col = pq.read_table(fh, columns=[column]).column(column)
+        if pat.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        out.append(_replace(f, index_values={column: pc.unique(col.combine_chunks()).drop_null()}))
+    return out

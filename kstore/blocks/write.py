@@ -1,0 +1,287 @@
+"""Writing building blocks: input -> Arrow, split by partition, write files, indices, stats.
+
+Workers (threads, Dask tasks, Spark executors) call :func:`write_partitions` and send back
+only :class:`WrittenFile` records (keys, row counts, statistics, distinct values of indexed
+columns). The commit (:mod:`kstore.blocks.commit`) turns those into one new version.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pyarrow.types as pat
+
+from kstore.core import naming
+from kstore.core.index import ColumnIndex
+from kstore.core.stats import FileStats, file_stats
+from kstore.core.types import (
+    check_partition_type,
+    encode_partition_value,
+    normalize_schema,
+    schema_pandas_metadata,
+    storage_schema,
+    with_pandas_metadata,
+)
+from kstore.errors import (
+    ColumnNotFoundError,
+    InvalidArgumentError,
+    UnsupportedTypeError,
+)
+from kstore.io.store import Store
+
+__all__ = [
+    "WrittenFile",
+    "to_arrow",
+    "iter_tables",
+    "table_schema",
+    "split_partitions",
+    "write_partitions",
+    "write_index_file",
+    "write_stats_file",
+    "write_common_metadata",
+    "PARQUET_OPTIONS",
+]
+
+#: Parquet writer options for data files (kartothek 5.3 / pyarrow 6 can read them).
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "snappy", "write_statistics": True}
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """What a worker reports about one written data file (small and picklable)."""
+
+    label: str
+    table: str
+    key: str
+    stats: FileStats
+    index_values: Mapping[str, pa.Array] = field(default_factory=dict)
+
+
+def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
+    """A pandas DataFrame, pyarrow Table or RecordBatch as a Table (index dropped)."""
+    import pandas as pd
+
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif isinstance(data, pd.DataFrame):
+        if not all(isinstance(c, str) for c in data.columns):
+            bad = [c for c in data.columns if not isinstance(c, str)]
+            raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {bad!r}")
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UnsupportedTypeError(f"dataset {dataset!r}: cannot convert the DataFrame to Arrow: {exc}") from exc
+    else:
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: data must be a pandas DataFrame, a pyarrow Table or RecordBatch "
+            f"(or an iterable of them), got {type(data).__name__}"
+        )
+    names = table.column_names
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {dupes}")
+    for n in names:
+        if n.startswith("__index_level_"):
+            table = table.drop_columns([n])
+    target = storage_schema(table.schema)
+    if not target.equals(table.schema, check_metadata=False):
+        table = table.cast(target)
+    return table
+
+
+def iter_tables(data: Any, *, dataset: str = "?") -> Iterator[pa.Table]:
+    """Accept one frame/table or an iterable of them; yield Arrow tables lazily."""
+    import pandas as pd
+
+    if isinstance(data, (pa.Table, pa.RecordBatch, pd.DataFrame)):
+        yield to_arrow(data, dataset=dataset)
+        return
+    if isinstance(data, (str, bytes, Mapping)) or not isinstance(data, Iterable):
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: data must be a DataFrame, a pyarrow Table, or an iterable of "
+            f"them; got {type(data).__name__}"
+        )
+    for item in data:
+        yield to_arrow(item, dataset=dataset)
+
+
+def table_schema(
+    table: pa.Table,
+    *,
+    partition_on: Sequence[str],
+    secondary_indices: Sequence[str],
+    dataset: str,
+) -> pa.Schema:
+    """Validate column choices and return the normalized schema (partition keys first)."""
+    names = table.column_names
+    for what, cols in (("partition_on", partition_on), ("secondary_indices", secondary_indices)):
+        missing = [c for c in cols if c not in names]
+        if missing:
+            raise ColumnNotFoundError(
+                f"dataset {dataset!r}: {what} names column(s) {missing} not in the data "
+                f"(columns: {', '.join(names)})"
+            )
+    if len(set(partition_on)) != len(partition_on):
+        raise InvalidArgumentError(f"dataset {dataset!r}: partition_on lists a column twice: {list(partition_on)}")
+    if partition_on and len(partition_on) == len(names):
+        raise InvalidArgumentError(f"dataset {dataset!r}: partition_on uses every column; keep at least one data column")
+    norm = normalize_schema(table.schema)
+    for c in partition_on:
+        check_partition_type(c, norm.field(c).type)
+    for c in secondary_indices:
+        t = norm.field(c).type
+        if pat.is_list(t) or pat.is_struct(t) or pat.is_decimal(t):
+            raise UnsupportedTypeError(f"dataset {dataset!r}: column {c!r} has type {t}; it cannot have a secondary index")
+    order = list(partition_on) + [n for n in norm.names if n not in partition_on]
+    norm = pa.schema([norm.field(n) for n in order])
+    return with_pandas_metadata(norm, schema_pandas_metadata(table.schema))
+
+
+def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: str = "?") -> list[tuple[tuple[Any, ...], pa.Table]]:
+    """Group rows by the values of ``partition_on``: ``[(values, rows without those columns)]``.
+
+    Vectorized: dictionary-encode each key column, combine codes, one stable argsort.
+    """
+    if not partition_on:
+        return [((), table)]
+    if table.num_rows == 0:
+        return []
+    codes = np.zeros(table.num_rows, dtype=np.int64)
+    dicts = []
+    for col in partition_on:
+        arr = table.column(col)
+        if arr.null_count:
+            raise InvalidArgumentError(
+                f"dataset {dataset!r}: partition column {col!r} has {arr.null_count} null value(s); "
+                "partition values must not be null"
+            )
+        if pat.is_dictionary(arr.type):
+            arr = arr.cast(arr.type.value_type)
+        enc = arr.combine_chunks().dictionary_encode()
+        dicts.append(enc.dictionary)
+        codes = codes * len(enc.dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    uniq, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")
+    data = table.drop_columns(list(partition_on))
+    sorted_data = data.take(pa.array(order)) if len(uniq) > 1 else data
+    first_rows = order[np.concatenate(([0], np.cumsum(counts)[:-1]))]
+    out = []
+    start = 0
+    for g in range(len(uniq)):
+        row = int(first_rows[g])
+        values = tuple(table.column(c)[row].as_py() for c in partition_on)
+        out.append((values, sorted_data.slice(start, int(counts[g]))))
+        start += int(counts[g])
+    return out
+
+
+def _write_file(
+    store: Store,
+    dataset_uuid: str,
+    table_name: str,
+    partition_on: Sequence[str],
+    values: tuple[Any, ...],
+    data: pa.Table,
+    index_columns: Sequence[str],
+    file_id: str | None,
+) -> WrittenFile:
+    label = naming.build_label(
+        [(c, encode_partition_value(v)) for c, v in zip(partition_on, values)],
+        file_id or naming.new_file_id(),
+    )
+    key = naming.data_key(dataset_uuid, table_name, label)
+    sink = io.BytesIO()
+    pq.write_table(data.replace_schema_metadata(None).combine_chunks(), sink, **PARQUET_OPTIONS)
+    payload = sink.getvalue()
+    store.put(key, payload)
+    idx_values = {}
+    for c in index_columns:
+        if c in partition_on:
+            continue
+        col = data.column(c)
+        if pat.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        idx_values[c] = pc.unique(col.combine_chunks()).drop_null()
+    return WrittenFile(label, table_name, key, file_stats(data, len(payload)), idx_values)
+
+
+def write_partitions(
+    store: Store,
+    dataset_uuid: str,
+    table: pa.Table,
+    *,
+    partition_on: Sequence[str] = (),
+    index_columns: Sequence[str] = (),
+    table_name: str = naming.DEFAULT_TABLE,
+    file_id: str | None = None,
+    max_workers: int = 4,
+) -> list[WrittenFile]:
+    """Split ``table`` by ``partition_on`` and write one Parquet file per partition value.
+
+    Files are written in parallel threads (Arrow releases the GIL while encoding). Returns
+    one :class:`WrittenFile` per file; nothing is committed here.
+    """
+    groups = split_partitions(table, partition_on, dataset=dataset_uuid)
+    groups = [(v, t) for v, t in groups if t.num_rows > 0]
+
+    def work(item: tuple[tuple[Any, ...], pa.Table]) -> WrittenFile:
+        values, data = item
+        return _write_file(store, dataset_uuid, table_name, partition_on, values, data, index_columns, file_id)
+
+    if len(groups) <= 1 or max_workers <= 1:
+        return [work(g) for g in groups]
+    with ThreadPoolExecutor(min(max_workers, len(groups))) as pool:
+        return list(pool.map(work, groups))
+
+
+def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:
+    """Build the index of ``column`` over freshly written files."""
+    vals, labels = [], []
+    for f in files:
+        arr = f.index_values.get(column)
+        if arr is None or len(arr) == 0:
+            continue
+        vals.append(arr.cast(vtype) if not arr.type.equals(vtype) else arr)
+        labels.append(pa.array([f.label] * len(arr), pa.string()))
+    if not vals:
+        return ColumnIndex.empty(column, vtype)
+    return ColumnIndex.build(column, pa.concat_arrays(vals), pa.concat_arrays(labels))
+
+
+def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str:
+    """Write an index in the on-disk format under a fresh key; returns the key."""
+    sink = io.BytesIO()
+    pq.write_table(index.to_table(), sink, compression="snappy")
+    payload = sink.getvalue()
+    while True:  # a fresh timestamp per file; another writer in the same microsecond retries
+        key = naming.index_key(dataset_uuid, index.column)
+        if store.put_if_absent(key, payload):
+            return key
+
+
+def write_stats_file(store: Store, dataset_uuid: str, stats: pa.Table) -> str:
+    key = naming.stats_key(dataset_uuid)
+    sink = io.BytesIO()
+    pq.write_table(stats, sink, compression="zstd")
+    store.put(key, sink.getvalue())
+    return key
+
+
+def write_common_metadata(store: Store, dataset_uuid: str, table_name: str, schema: pa.Schema) -> str:
+    """Write the 0-row ``_common_metadata`` file kartothek reads the schema from."""
+    key = naming.common_metadata_key(dataset_uuid, table_name)
+    sink = io.BytesIO()
+    pq.write_table(schema.empty_table(), sink)
+    store.put(key, sink.getvalue())
+    return key
+

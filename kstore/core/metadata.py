@@ -1,0 +1,293 @@
+"""The immutable dataset metadata model (format version 4 plus kstore's extension).
+
+:class:`DatasetMetadata` is a frozen value; change it with :meth:`DatasetMetadata.evolve`
+(``dataclasses.replace``) or the helpers below, never in place. Conversion to and from the
+on-disk dict lives here (:meth:`to_dict` / :meth:`from_dict`); bytes live in
+:mod:`kstore.core.serialize`.
+
+The kstore extension is one top-level key, ``"kstore"``, which kartothek and plateau ignore::
+
+    "kstore": {"format": 1, "version": 7, "tables": ["table"], "stats": "<key>" | null}
+
+Examples
+--------
+>>> m = DatasetMetadata.new("sales", partition_keys=("day",))
+>>> m = m.with_partitions({"day=2024-01-01/a": {"table": "sales/table/day=2024-01-01/a.parquet"}})
+>>> sorted(m.to_dict())
+['dataset_metadata_version', 'dataset_uuid', 'indices', 'kstore', 'metadata', 'partition_keys', 'partitions']
+>>> DatasetMetadata.from_dict(m.to_dict()) == m
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import pyarrow as pa
+
+from kstore.core import naming
+from kstore.errors import CorruptMetadataError
+
+__all__ = ["DatasetMetadata", "FORMAT_VERSION", "KSTORE_FORMAT"]
+
+FORMAT_VERSION = 4
+KSTORE_FORMAT = 1
+
+Files = Mapping[str, str]
+InlineIndex = Mapping[Any, tuple[str, ...]]
+
+
+def _freeze(d: Mapping) -> Mapping:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class DatasetMetadata:
+    """One version of a dataset's state.
+
+    Attributes
+    ----------
+    uuid:
+        The dataset uuid.
+    partitions:
+        ``label -> {table: storage key}``.
+    partition_keys:
+        Columns encoded in the labels (``partition_on``), in key order.
+    indices:
+        ``column -> storage key`` of secondary index files. kartothek may store small
+        indices inline; those appear in :attr:`inline_indices`.
+    metadata:
+        The user metadata dict (kartothek adds ``creation_time``).
+    tables:
+        Table names; derived from the partitions when there are any.
+    version:
+        kstore version number of this state; None for a dataset kstore never committed.
+    schema:
+        The normalized table schema of this version (kstore keeps it with the version, so
+        it changes atomically with the commit; ``_common_metadata`` is the copy kartothek
+        reads). None for datasets kstore never committed.
+    txns:
+        ``app_id -> version`` of the last application transaction committed (idempotence).
+    stats_key:
+        Storage key of the per-file statistics file of this version, if any.
+    explicit_partitions:
+        False for kartothek's ``create_empty_dataset_header`` (no ``partitions`` key).
+    extra:
+        Top-level keys this version of kstore does not know; written back unchanged.
+    """
+
+    uuid: str
+    partitions: Mapping[str, Files] = field(default_factory=lambda: MappingProxyType({}))
+    partition_keys: tuple[str, ...] = ()
+    indices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    inline_indices: Mapping[str, InlineIndex] = field(default_factory=lambda: MappingProxyType({}))
+    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    tables: tuple[str, ...] = (naming.DEFAULT_TABLE,)
+    version: int | None = None
+    stats_key: str | None = None
+    schema: pa.Schema | None = None
+    txns: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    explicit_partitions: bool = True
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def new(
+        cls,
+        uuid: str,
+        *,
+        partition_keys: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        tables: Iterable[str] = (naming.DEFAULT_TABLE,),
+    ) -> DatasetMetadata:
+        naming.validate_name(uuid)
+        tables = tuple(tables)
+        for t in tables:
+            naming.validate_name(t, "table name")
+        return cls(
+            uuid=uuid,
+            partition_keys=tuple(partition_keys),
+            metadata=_freeze(metadata or {}),
+            tables=tables,
+        )
+
+    def evolve(self, **changes: Any) -> DatasetMetadata:
+        """A copy with ``changes`` applied (mappings are frozen on the way in)."""
+        for key in ("partitions", "indices", "inline_indices", "metadata", "extra", "txns"):
+            if key in changes and not isinstance(changes[key], MappingProxyType):
+                changes[key] = _freeze(changes[key])
+        return dataclasses.replace(self, **changes)
+
+    def with_partitions(self, added: Mapping[str, Files], removed: Iterable[str] = ()) -> DatasetMetadata:
+        """A copy with partitions ``added`` (label -> files) and labels ``removed``."""
+        parts = dict(self.partitions)
+        for label in removed:
+            parts.pop(label, None)
+        for label, files in added.items():
+            parts[label] = _freeze(files)
+        return self.evolve(partitions=parts, explicit_partitions=True)
+
+    # -- queries -----------------------------------------------------------------------
+
+    @property
+    def table(self) -> str:
+        """The first (usually only) table name."""
+        return self.tables[0]
+
+    @property
+    def index_columns(self) -> tuple[str, ...]:
+        """Columns with an index of any kind: partition keys first, then secondary."""
+        sec = sorted(set(self.indices) | set(self.inline_indices))
+        return tuple(self.partition_keys) + tuple(c for c in sec if c not in self.partition_keys)
+
+    def file_key(self, label: str, table: str | None = None) -> str:
+        try:
+            return self.partitions[label][table or self.table]
+        except KeyError as exc:
+            raise CorruptMetadataError(
+                f"dataset {self.uuid!r}: partition {label!r} has no file for table "
+                f"{table or self.table!r}"
+            ) from exc
+
+    def referenced_keys(self) -> set[str]:
+        """Every key this version references under ``<uuid>/`` (data, index, stats files)."""
+        keys = {k for files in self.partitions.values() for k in files.values()}
+        keys.update(self.indices.values())
+        if self.stats_key:
+            keys.add(self.stats_key)
+        return keys
+
+    # -- (de)serialization -------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The on-disk dict (kartothek format version 4 + the ``kstore`` key)."""
+        out: dict[str, Any] = dict(self.extra)
+        out.update(
+            {
+                "dataset_metadata_version": FORMAT_VERSION,
+                "dataset_uuid": self.uuid,
+                "metadata": dict(self.metadata),
+                "partition_keys": list(self.partition_keys),
+            }
+        )
+        if self.explicit_partitions:
+            out["partitions"] = {
+                label: {"files": dict(files)} for label, files in self.partitions.items()
+            }
+        indices: dict[str, Any] = {c: {_key(v): list(ls) for v, ls in idx.items()}
+                                   for c, idx in self.inline_indices.items()}
+        indices.update(self.indices)
+        out["indices"] = indices
+        out["kstore"] = {
+            "format": KSTORE_FORMAT,
+            "version": self.version,
+            "tables": list(self.tables),
+            "stats": self.stats_key,
+            "schema": _schema_to_text(self.schema),
+            "txns": dict(self.txns),
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, expected_uuid: str | None = None) -> DatasetMetadata:
+        """Parse and validate an on-disk dict; any violation is a CorruptMetadataError."""
+        try:
+            return cls._from_dict(raw, expected_uuid)
+        except CorruptMetadataError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = expected_uuid or (raw.get("dataset_uuid") if isinstance(raw, Mapping) else None)
+            raise CorruptMetadataError(
+                f"dataset {what!r}: metadata does not follow format version 4 ({exc!r})"
+            ) from exc
+
+    @classmethod
+    def _from_dict(cls, raw: Mapping[str, Any], expected_uuid: str | None) -> DatasetMetadata:
+        if not isinstance(raw, Mapping):
+            raise CorruptMetadataError(f"dataset {expected_uuid!r}: metadata is not a mapping")
+        version = raw.get("dataset_metadata_version")
+        uuid = raw.get("dataset_uuid")
+        if version != FORMAT_VERSION:
+            raise CorruptMetadataError(
+                f"dataset {uuid or expected_uuid!r}: dataset_metadata_version is {version!r}; "
+                f"kstore reads version {FORMAT_VERSION}"
+            )
+        if not isinstance(uuid, str) or (expected_uuid is not None and uuid != expected_uuid):
+            raise CorruptMetadataError(
+                f"dataset {expected_uuid!r}: metadata names dataset_uuid {uuid!r}"
+            )
+        naming.validate_name(uuid)
+        partition_keys = tuple(raw.get("partition_keys") or ())
+        if not all(isinstance(c, str) for c in partition_keys):
+            raise CorruptMetadataError(f"dataset {uuid!r}: partition_keys must be strings")
+        explicit = "partitions" in raw
+        partitions: dict[str, Files] = {}
+        tables_seen: list[str] = []
+        for label, entry in (raw.get("partitions") or {}).items():
+            files = entry["files"] if isinstance(entry, Mapping) and "files" in entry else entry
+            if not isinstance(files, Mapping) or not files:
+                raise CorruptMetadataError(f"dataset {uuid!r}: partition {label!r} lists no files")
+            for key in files.values():
+                naming.validate_dataset_key(uuid, key)
+            if not tables_seen:
+                tables_seen = list(files)
+            partitions[str(label)] = _freeze({str(t): str(k) for t, k in files.items()})
+        indices: dict[str, str] = {}
+        inline: dict[str, InlineIndex] = {}
+        for col, ref in (raw.get("indices") or {}).items():
+            if isinstance(ref, str):
+                indices[col] = naming.validate_dataset_key(uuid, ref)
+            elif isinstance(ref, Mapping):
+                inline[col] = _freeze({v: tuple(ls) for v, ls in ref.items()})
+            else:
+                raise CorruptMetadataError(f"dataset {uuid!r}: index {col!r} is neither key nor inline")
+        ext = raw.get("kstore") or {}
+        tables = tuple(ext.get("tables") or tables_seen or (naming.DEFAULT_TABLE,))
+        for t in tables:
+            naming.validate_name(t, "table name")
+        stats = ext.get("stats")
+        if stats is not None:
+            naming.validate_dataset_key(uuid, stats)
+        kv = ext.get("version")
+        known = {"dataset_metadata_version", "dataset_uuid", "metadata", "partitions",
+                 "partition_keys", "indices", "kstore"}
+        return cls(
+            uuid=uuid,
+            partitions=_freeze(partitions),
+            partition_keys=partition_keys,
+            indices=_freeze(indices),
+            inline_indices=_freeze(inline),
+            metadata=_freeze(raw.get("metadata") or {}),
+            tables=tables,
+            version=int(kv) if kv is not None else None,
+            stats_key=stats,
+            schema=_schema_from_text(ext.get("schema"), uuid),
+            txns=_freeze({str(k): int(v) for k, v in (ext.get("txns") or {}).items()}),
+            explicit_partitions=explicit,
+            extra=_freeze({k: v for k, v in raw.items() if k not in known}),
+        )
+
+
+def _key(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
+
+
+def _schema_to_text(schema: pa.Schema | None) -> str | None:
+    if schema is None:
+        return None
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def _schema_from_text(text: str | None, uuid: str) -> pa.Schema | None:
+    if not text:
+        return None
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise CorruptMetadataError(f"dataset {uuid!r}: the stored schema cannot be decoded") from exc

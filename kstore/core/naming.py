@@ -1,0 +1,243 @@
+"""Every key of a dataset, hive quoting of partition values, and key validation.
+
+This module alone decides where things live in a store. It is pure: no I/O.
+
+Layout (FORMAT.md part A and B)::
+
+    <uuid>.by-dataset-metadata.json | .msgpack.zstd
+    <uuid>/<table>/_common_metadata
+    <uuid>/<table>/<col>=<val>/.../<file-id>.parquet
+    <uuid>/indices/<col>/<timestamp>.by-dataset-index.parquet
+    <uuid>/_kstore/log/<version:020d>.json           (kstore: one entry per version)
+    <uuid>/_kstore/stats/<id>.parquet                (kstore: per-file statistics)
+
+Examples
+--------
+>>> quote("a b/c=d%")
+'a%20b%2Fc%3Dd%25'
+>>> build_label([("region", "a b/c"), ("day", "2024-01-01")], "f00")
+'region=a%20b%2Fc/day=2024-01-01/f00'
+>>> parse_label("region=a%20b%2Fc/day=2024-01-01/f00", ["region", "day"])
+(('a b/c', '2024-01-01'), 'f00')
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+import uuid as _uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Literal
+
+from kstore.errors import CorruptMetadataError, InvalidKeyError
+
+MetadataFormat = Literal["json", "msgpack.zstd"]
+
+METADATA_MARKER = "by-dataset-metadata"
+METADATA_SUFFIXES: dict[str, str] = {
+    "json": f".{METADATA_MARKER}.json",
+    "msgpack.zstd": f".{METADATA_MARKER}.msgpack.zstd",
+}
+#: Readers try the formats in this order (FORMAT.md A).
+METADATA_FORMATS: tuple[MetadataFormat, ...] = ("json", "msgpack.zstd")
+INDEX_SUFFIX = ".by-dataset-index.parquet"
+COMMON_METADATA = "_common_metadata"
+DATA_SUFFIX = ".parquet"
+INDICES_DIR = "indices"
+KSTORE_DIR = "_kstore"
+DEFAULT_TABLE = "table"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9_+\-.]*$")
+_FILE_ID_RE = re.compile(r"^[A-Za-z0-9_+\-.]+$")
+
+
+def quote(value: str) -> str:
+    """Percent-encode every character outside ``A-Za-z0-9_.-~`` (including ``/``)."""
+    return urllib.parse.quote(value, safe="")
+
+
+def unquote(value: str) -> str:
+    """Decode a percent-encoded key component (strict UTF-8)."""
+    try:
+        return urllib.parse.unquote(value, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise CorruptMetadataError(f"key component {value!r} is not valid percent-encoded UTF-8") from exc
+
+
+def validate_name(name: object, what: str = "dataset uuid") -> str:
+    """Check a dataset uuid or table name: one safe key component, no ``by-dataset-metadata``.
+
+    >>> validate_name("sales")
+    'sales'
+    >>> validate_name("../etc")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidKeyError: invalid dataset uuid '../etc': use letters, digits and _ + - . (not first), no '/'
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise InvalidKeyError(
+            f"invalid {what} {name!r}: use letters, digits and _ + - . (not first), no '/'"
+        )
+    if METADATA_MARKER in name:
+        raise InvalidKeyError(f"invalid {what} {name!r}: must not contain {METADATA_MARKER!r}")
+    return name
+
+
+def validate_key(key: object) -> str:
+    """Check a store key: relative, ``/``-separated, no empty, ``.`` or ``..`` component.
+
+    Keys that pass can never escape the store root (or a dataset's prefix, see
+    :func:`validate_dataset_key`).
+
+    >>> validate_key("ds/table/x=1/a.parquet")
+    'ds/table/x=1/a.parquet'
+    >>> validate_key("/etc/passwd")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidKeyError: invalid key '/etc/passwd': empty, '.' or '..' component, or a backslash/NUL
+    """
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"invalid key {key!r}: must be a non-empty string")
+    if "\\" in key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+        raise InvalidKeyError(
+            f"invalid key {key!r}: empty, '.' or '..' component, or a backslash/NUL"
+        )
+    return key
+
+
+def validate_dataset_key(dataset_uuid: str, key: str) -> str:
+    """Check that ``key`` (read from metadata) belongs to the dataset ``dataset_uuid``."""
+    validate_key(key)
+    if not key.startswith(dataset_uuid + "/"):
+        raise CorruptMetadataError(
+            f"dataset {dataset_uuid!r}: key {key!r} lies outside the dataset's prefix"
+        )
+    return key
+
+
+def metadata_key(dataset_uuid: str, fmt: MetadataFormat = "json") -> str:
+    """The main metadata file of a dataset."""
+    if fmt not in METADATA_SUFFIXES:
+        raise InvalidKeyError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
+    return validate_name(dataset_uuid) + METADATA_SUFFIXES[fmt]
+
+
+def dataset_uuid_from_metadata_key(key: str) -> str | None:
+    """The uuid a main metadata key belongs to, or None when ``key`` is none."""
+    for suffix in METADATA_SUFFIXES.values():
+        if key.endswith(suffix) and "/" not in key:
+            return key[: -len(suffix)]
+    return None
+
+
+def dataset_prefix(dataset_uuid: str) -> str:
+    """Every key a dataset owns (besides its main file) starts with this."""
+    return validate_name(dataset_uuid) + "/"
+
+
+def common_metadata_key(dataset_uuid: str, table: str = DEFAULT_TABLE) -> str:
+    return f"{validate_name(dataset_uuid)}/{validate_name(table, 'table name')}/{COMMON_METADATA}"
+
+
+def table_prefix(dataset_uuid: str, table: str = DEFAULT_TABLE) -> str:
+    return f"{validate_name(dataset_uuid)}/{validate_name(table, 'table name')}/"
+
+
+def data_key(dataset_uuid: str, table: str, label: str) -> str:
+    """Storage key of a partition's file: ``<uuid>/<table>/<label>.parquet``."""
+    return validate_key(table_prefix(dataset_uuid, table) + label + DATA_SUFFIX)
+
+
+def label_from_data_key(dataset_uuid: str, table: str, key: str) -> str | None:
+    """The partition label of a data file key, or None if the key is no data file of ``table``."""
+    prefix = table_prefix(dataset_uuid, table)
+    if not key.startswith(prefix) or not key.endswith(DATA_SUFFIX):
+        return None
+    return key[len(prefix) : -len(DATA_SUFFIX)]
+
+
+def index_timestamp(now: datetime | None = None) -> str:
+    """The timestamp part of an index file name: ``YYYY-MM-DDTHH:MM:SS.ffffff`` (UTC)."""
+    now = now or datetime.now(timezone.utc)
+    return now.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def index_key(dataset_uuid: str, column: str, timestamp: str | None = None) -> str:
+    """Storage key of a secondary index file; a fresh timestamp makes each write a new key."""
+    ts = timestamp or index_timestamp()
+    return f"{dataset_prefix(dataset_uuid)}{INDICES_DIR}/{quote(column)}/{quote(ts)}{INDEX_SUFFIX}"
+
+
+def log_prefix(dataset_uuid: str) -> str:
+    return f"{dataset_prefix(dataset_uuid)}{KSTORE_DIR}/log/"
+
+
+def log_key(dataset_uuid: str, version: int) -> str:
+    """Write-once key of version ``version``'s log entry (FORMAT.md B.1)."""
+    if not isinstance(version, int) or version < 0:
+        raise InvalidKeyError(f"invalid version {version!r}: must be an int >= 0")
+    return f"{log_prefix(dataset_uuid)}{version:020d}.json"
+
+
+def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
+    prefix = log_prefix(dataset_uuid)
+    if key.startswith(prefix) and key.endswith(".json"):
+        stem = key[len(prefix) : -len(".json")]
+        if stem.isdigit():
+            return int(stem)
+    return None
+
+
+def stats_key(dataset_uuid: str, file_id: str | None = None) -> str:
+    """Key of a per-file statistics file (FORMAT.md B.5)."""
+    return f"{dataset_prefix(dataset_uuid)}{KSTORE_DIR}/stats/{file_id or new_file_id()}.parquet"
+
+
+def new_file_id() -> str:
+    """A fresh random file id (uuid4 hex), as kartothek uses for labels."""
+    return _uuid.uuid4().hex
+
+
+def build_label(partition_values: Sequence[tuple[str, str]], file_id: str) -> str:
+    """Partition label ``<col>=<quoted val>/.../<file_id>`` from already-stringified values."""
+    if not _FILE_ID_RE.match(file_id) or file_id in (".", ".."):
+        raise InvalidKeyError(f"invalid partition file id {file_id!r}")
+    parts = [f"{quote(col)}={quote(val)}" for col, val in partition_values]
+    parts.append(file_id)
+    return "/".join(parts)
+
+
+def parse_label(label: str, partition_keys: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """Split a label into decoded partition value strings (in ``partition_keys`` order) and id.
+
+    Tolerates kartothek's unescaped ``/`` bug: a component without ``=`` that is not the last
+    one continues the previous value (``region=a%20b/c%3Dd%25/x`` -> ``'a b/c=d%'``). Since
+    kartothek escapes ``=``, a literal ``=`` always starts a new ``col=value`` pair.
+
+    >>> parse_label("region=a%20b/c%3Dd%25/f9c6", ["region"])
+    (('a b/c=d%',), 'f9c6')
+    """
+    components = label.split("/")
+    if len(components) < 1 or not components[-1]:
+        raise CorruptMetadataError(f"partition label {label!r} has no file id")
+    file_id = components[-1]
+    values: list[str] = []
+    cols: list[str] = []
+    for comp in components[:-1]:
+        if "=" in comp:
+            col, _, val = comp.partition("=")
+            cols.append(unquote(col))
+            values.append(unquote(val))
+        elif values:
+            values[-1] = values[-1] + "/" + unquote(comp)
+        else:
+            raise CorruptMetadataError(
+                f"partition label {label!r}: component {comp!r} is no '<column>=<value>' pair"
+            )
+    if cols != list(partition_keys):
+        raise CorruptMetadataError(
+            f"partition label {label!r} encodes columns {cols}, expected partition keys "
+            f"{list(partition_keys)}"
+        )
+    return tuple(values), file_id

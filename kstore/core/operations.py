@@ -1,0 +1,164 @@
+"""Commit operations as data, and the pure fold ``apply(base, op) -> new metadata``.
+
+An :class:`Operation` says what a writer wants (files added, partitions removed, schema,
+indices requested) and which version it read. :func:`check` raises when the operation
+cannot be applied to the current version (a real conflict); :func:`apply` computes the
+new metadata without I/O. Index and statistics files are the commit block's job.
+
+>>> base = None
+>>> op = Operation(kind="create", partition_on=("p",))
+>>> new = apply(base, op, dataset_uuid="d", schema=None, now="2024-01-01T00:00:00")
+>>> new.partition_keys, new.version
+(('p',), 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from kstore.core import naming
+from kstore.core.metadata import DatasetMetadata
+from kstore.errors import (
+    CommitConflictError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidArgumentError,
+)
+
+__all__ = ["Operation", "OperationKind", "check", "apply", "next_version", "AddedFile"]
+
+OperationKind = Literal[
+    "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
+    "build_indices", "delete_rows", "compaction", "upgrade", "metadata",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AddedFile:
+    """A data file an operation adds (what the commit needs of a written file)."""
+
+    label: str
+    table: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What a writer asks the commit to do.
+
+    ``remove`` lists partition labels to drop, as the writer resolved them at
+    ``read_version``; ``scope_labels`` is the set of labels the writer's scope matched at
+    that version (for conflict detection: if the scope matches other labels now, another
+    writer changed it concurrently).
+    """
+
+    kind: OperationKind
+    added: tuple[AddedFile, ...] = ()
+    remove: tuple[str, ...] = ()
+    read_version: int | None = None
+    partition_on: tuple[str, ...] | None = None
+    index_columns: tuple[str, ...] = ()
+    drop_index_columns: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    schema_mode: Literal["strict", "merge"] = "strict"
+    table: str = naming.DEFAULT_TABLE
+    txn: tuple[str, int] | None = None
+    scope_labels: frozenset[str] | None = None
+    scope: Any = None  # callable(base) -> set of labels in the scope now (commit block)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def creates(self) -> bool:
+        return self.kind in ("create", "overwrite")
+
+
+def next_version(base: DatasetMetadata | None) -> int:
+    if base is None or base.version is None:
+        return 0
+    return base.version + 1
+
+
+def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, scope_now: set[str] | None = None) -> None:
+    """Raise if ``op`` cannot be applied on top of ``base`` (the newest version)."""
+    if op.kind == "create" and base is not None:
+        raise DatasetExistsError(
+            f"dataset {dataset_uuid!r} already exists; pass overwrite=True to replace it or "
+            "use update_dataset to append"
+        )
+    if not op.creates and base is None:
+        raise DatasetNotFoundError(
+            f"dataset {dataset_uuid!r} does not exist (or was deleted while this write ran)"
+        )
+    if base is None or op.creates:
+        return
+    if op.partition_on is not None and tuple(op.partition_on) != tuple(base.partition_keys):
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; the update "
+            f"asks for partition_on={list(op.partition_on)}"
+        )
+    if op.remove:
+        gone = [lab for lab in op.remove if lab not in base.partitions]
+        if gone:
+            raise CommitConflictError(
+                f"dataset {dataset_uuid!r}: version {base.version} (committed after version "
+                f"{op.read_version}, which this write read) already removed or replaced "
+                f"partition(s) {gone[:5]}{' ...' if len(gone) > 5 else ''}"
+            )
+    if op.scope_labels is not None and scope_now is not None and scope_now != set(op.scope_labels):
+        added = sorted(scope_now - set(op.scope_labels))
+        raise CommitConflictError(
+            f"dataset {dataset_uuid!r}: version {base.version} added partition(s) "
+            f"{added[:5]} inside this write's scope after version {op.read_version}, which it read"
+        )
+
+
+def apply(
+    base: DatasetMetadata | None,
+    op: Operation,
+    *,
+    dataset_uuid: str,
+    schema: pa.Schema | None,
+    now: str,
+) -> DatasetMetadata:
+    """The metadata after ``op`` (indices and stats keys are filled in by the commit block)."""
+    if base is None or op.creates:
+        user = dict(op.metadata or {})
+        user.setdefault("creation_time", now)
+        meta = DatasetMetadata.new(
+            dataset_uuid,
+            partition_keys=op.partition_on or (),
+            metadata=user,
+            tables=(op.table,),
+        )
+        txns: dict[str, int] = {}
+        if base is not None and op.kind == "overwrite":
+            txns = dict(base.txns)
+    else:
+        meta = base
+        if op.metadata:
+            merged = dict(base.metadata)
+            merged.update(op.metadata)
+            meta = meta.evolve(metadata=merged)
+        txns = dict(base.txns)
+    added = {}
+    for f in op.added:
+        added.setdefault(f.label, {})[f.table] = f.key
+    meta = meta.with_partitions(added, removed=op.remove)
+    if op.txn is not None:
+        txns[op.txn[0]] = int(op.txn[1])
+    indices = {c: k for c, k in meta.indices.items() if c not in op.drop_index_columns}
+    return meta.evolve(
+        version=next_version(base),
+        schema=schema,
+        txns=txns,
+        indices=indices,
+        inline_indices={c: v for c, v in meta.inline_indices.items() if c not in op.drop_index_columns},
+    )
+
+
+def labels_in_scope(meta: DatasetMetadata, labels: Sequence[str]) -> set[str]:
+    return {lab for lab in labels if lab in meta.partitions}

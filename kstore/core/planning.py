@@ -1,0 +1,238 @@
+"""Pure query planning: which partition files can hold rows matching a predicate.
+
+``plan_read(meta, schema, predicates, columns, indices=..., stats=...)`` takes what the
+caller loaded (metadata, schema, the secondary indices of predicate columns, per-file
+statistics) and returns a :class:`ReadPlan`. Per conjunction it intersects the partition
+sets of every partition column (exact), secondary index (partition-level) and per-file
+statistics; conjunctions are unioned. Every task carries the residual predicate its rows
+still have to pass, so reading is exact.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from kstore.core.metadata import DatasetMetadata
+>>> meta = DatasetMetadata.new("d", partition_keys=("p",)).with_partitions(
+...     {"p=1/a": {"table": "d/table/p=1/a.parquet"}, "p=2/a": {"table": "d/table/p=2/a.parquet"}})
+>>> schema = pa.schema([("p", pa.int64()), ("x", pa.string())])
+>>> plan = plan_read(meta, schema, predicates=[[("p", "==", 2)]])
+>>> plan.partitions
+('p=2/a',)
+>>> print(plan.explain())  # doctest: +NORMALIZE_WHITESPACE
+dataset 'd': 2 partitions -> 1 planned
+  conjunction 1: partition index p: 2 -> 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kstore.core import naming
+from kstore.core.index import ColumnIndex
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression
+from kstore.core.stats import prune_mask
+from kstore.core.types import decode_partition_value
+from kstore.errors import ColumnNotFoundError, CorruptMetadataError
+
+__all__ = ["ReadTask", "ReadPlan", "plan_read", "partition_value_arrays", "label_values"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """One file to read: its label and key, partition values, and the rows to keep."""
+
+    label: str
+    key: str
+    partition_values: tuple[tuple[str, Any], ...]
+    residual: tuple[tuple[Term, ...], ...] | None  # None: keep every row
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    conjunction: int
+    kind: str  # 'partition index', 'secondary index', 'statistics'
+    column: str
+    before: int
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """The files a read opens and why; ``explain()`` says it in words."""
+
+    dataset_uuid: str
+    version: int | None
+    table: str
+    schema: pa.Schema
+    columns: tuple[str, ...]
+    predicates: DNF | None
+    tasks: tuple[ReadTask, ...]
+    n_partitions: int
+    stages: tuple[Stage, ...] = ()
+    store_calls: int = 0
+    calls_detail: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        return tuple(t.label for t in self.tasks)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(t.key for t in self.tasks)
+
+    def explain(self) -> str:
+        lines = [
+            f"dataset {self.dataset_uuid!r}"
+            + (f" version {self.version}" if self.version is not None else "")
+            + f": {self.n_partitions} partitions -> {len(self.tasks)} planned"
+        ]
+        for s in self.stages:
+            lines.append(f"  conjunction {s.conjunction}: {s.kind} {s.column}: {s.before} -> {s.after}")
+        if self.store_calls:
+            detail = ", ".join(f"{k} {v}" for k, v in sorted(self.calls_detail.items()))
+            lines.append(f"  planning store calls: {self.store_calls} ({detail})")
+        return "\n".join(lines)
+
+
+def label_values(meta: DatasetMetadata, labels: Sequence[str]) -> list[tuple[str, ...]]:
+    """Decoded (string) partition values of each label."""
+    return [naming.parse_label(lab, meta.partition_keys)[0] for lab in labels]
+
+
+def partition_value_arrays(
+    meta: DatasetMetadata, schema: pa.Schema, labels: Sequence[str]
+) -> dict[str, pa.Array]:
+    """Typed array per partition column, one value per label (vectorized on distinct values)."""
+    if not meta.partition_keys:
+        return {}
+    out: dict[str, pa.Array] = {}
+    decoded = label_values(meta, labels)
+    for i, col in enumerate(meta.partition_keys):
+        idx = schema.get_field_index(col)
+        if idx < 0:
+            raise CorruptMetadataError(
+                f"dataset {meta.uuid!r}: partition column {col!r} is missing from the schema"
+            )
+        t = schema.field(idx).type
+        enc = pa.array([d[i] for d in decoded], pa.string()).dictionary_encode()
+        distinct = [decode_partition_value(s, t, col) for s in enc.dictionary.to_pylist()]
+        typed = pa.array(distinct, type=pa.timestamp("ns", t.tz) if pa.types.is_timestamp(t) else t)
+        out[col] = typed.take(enc.indices)
+    return out
+
+
+def _term_mask(term: Term, values: pa.Array) -> np.ndarray:
+    """Which partitions' (constant) value satisfies ``term`` (exact)."""
+    expr = term_expression(term, values.type)
+    pos = pa.table({term.column: values, "__pos": pa.array(np.arange(len(values)))}).filter(expr)
+    out = np.zeros(len(values), dtype=bool)
+    out[pos.column("__pos").to_numpy()] = True
+    return out
+
+
+def plan_read(
+    meta: DatasetMetadata,
+    schema: pa.Schema,
+    predicates: Any = None,
+    columns: Sequence[str] | None = None,
+    *,
+    indices: Mapping[str, ColumnIndex] | None = None,
+    stats: pa.Table | None = None,
+    table: str | None = None,
+    store_calls: Mapping[str, int] | None = None,
+) -> ReadPlan:
+    """Plan a read (pure). See the module docstring."""
+    table = table or meta.table
+    if columns is not None:
+        missing = [c for c in columns if schema.get_field_index(c) < 0]
+        if missing:
+            raise ColumnNotFoundError(
+                f"dataset {meta.uuid!r}: columns {missing} do not exist (columns: {', '.join(schema.names)})"
+            )
+    dnf = bind(parse(predicates), schema, dataset=meta.uuid)
+    labels = list(meta.partitions)
+    n = len(labels)
+    indices = dict(indices or {})
+    pkeys = set(meta.partition_keys)
+    pcols = [c for c in columns_of(dnf) if c in pkeys]
+    part_arrays = partition_value_arrays(meta, schema, labels) if (pcols and n) else {}
+    labels_arr = pa.array(labels, pa.string())
+    idx_maps: dict[str, np.ndarray] = {}
+    stats_rows: np.ndarray | None = None
+    if stats is not None and n:
+        pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
+        stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
+
+    stages: list[Stage] = []
+    conj_masks: list[np.ndarray] = []
+    residuals: list[tuple[Term, ...]] = []
+    for ci, conj in enumerate(dnf or ()):
+        mask = np.ones(n, dtype=bool)
+        residual: list[Term] = []
+        for term in conj:
+            before = int(mask.sum())
+            if term.column in pkeys:
+                if n:
+                    mask &= _term_mask(term, part_arrays[term.column])
+                stages.append(Stage(ci + 1, "partition index", term.column, before, int(mask.sum())))
+                continue
+            residual.append(term)
+            idx = indices.get(term.column)
+            if idx is not None and term.op != "is null":
+                if term.column not in idx_maps:
+                    m = pc.index_in(idx.labels, value_set=labels_arr).fill_null(-1)
+                    idx_maps[term.column] = m.to_numpy(zero_copy_only=False)
+                hits = idx_maps[term.column][idx.lookup(term.op, term.value)]
+                term_mask = np.zeros(n, dtype=bool)
+                term_mask[hits[hits >= 0]] = True
+                mask &= term_mask
+                stages.append(Stage(ci + 1, "secondary index", term.column, before, int(mask.sum())))
+            elif stats_rows is not None:
+                sm = prune_mask(term, stats)
+                term_mask = np.where(stats_rows >= 0, sm[np.maximum(stats_rows, 0)], True)
+                mask &= term_mask
+                stages.append(Stage(ci + 1, "statistics", term.column, before, int(mask.sum())))
+        conj_masks.append(mask)
+        residuals.append(tuple(residual))
+
+    if dnf is None:
+        keep = np.ones(n, dtype=bool)
+    else:
+        keep = np.zeros(n, dtype=bool)
+        for m in conj_masks:
+            keep |= m
+    kept = np.flatnonzero(keep)
+    kept_labels = [labels[i] for i in kept]
+    values = label_values(meta, kept_labels) if meta.partition_keys else [()] * len(kept_labels)
+    tasks = []
+    for j, i in enumerate(kept):
+        if dnf is None:
+            res = None
+        else:
+            res_conjs = [residuals[c] for c in range(len(conj_masks)) if conj_masks[c][i]]
+            res = None if any(len(r) == 0 for r in res_conjs) else tuple(res_conjs)
+        pv = tuple(
+            (col, decode_partition_value(values[j][k], schema.field(col).type, col))
+            for k, col in enumerate(meta.partition_keys)
+        )
+        tasks.append(ReadTask(labels[i], meta.file_key(labels[i], table), pv, res))
+    calls = dict(store_calls or {})
+    return ReadPlan(
+        dataset_uuid=meta.uuid,
+        version=meta.version,
+        table=table,
+        schema=schema,
+        columns=tuple(columns) if columns is not None else tuple(schema.names),
+        predicates=dnf,
+        tasks=tuple(tasks),
+        n_partitions=n,
+        stages=tuple(stages),
+        store_calls=sum(calls.values()),
+        calls_detail=calls,
+    )

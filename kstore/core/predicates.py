@@ -1,0 +1,205 @@
+"""Predicates: parse DNF, bind to a schema (columns and literal types), build Arrow filters.
+
+A predicate is an OR of ANDs: ``[[(col, op, value), ...], ...]``. A flat list of tuples is
+one AND (as pyarrow's ``filters``). Operators: ``==  !=  <  <=  >  >=  in  not in
+is null  is not null``. Comparisons follow SQL/Arrow semantics: a null never satisfies a
+comparison (use ``is null``); ``!=`` and ``not in`` do not match nulls.
+
+>>> import pyarrow as pa
+>>> schema = pa.schema([("day", pa.date32()), ("n", pa.int64())])
+>>> dnf = bind(parse([("day", "==", "2024-01-02"), ("n", "in", [1, 2])]), schema)
+>>> dnf[0][0]
+Term(column='day', op='==', value=datetime.date(2024, 1, 2))
+>>> bind(parse([[("n", "==", "x")]]), schema, dataset="d")
+Traceback (most recent call last):
+...
+kstore.errors.InvalidPredicateError: dataset 'd': column 'n' is int64; cannot compare with 'x' (str)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from kstore.core.types import coerce_literal
+from kstore.errors import ColumnNotFoundError, InvalidPredicateError
+
+__all__ = ["Term", "DNF", "parse", "bind", "to_expression", "columns_of", "OPS"]
+
+OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
+_ALIASES = {"=": "==", "<>": "!=", "not_in": "not in", "is_null": "is null",
+            "is_not_null": "is not null", "notnull": "is not null", "isnull": "is null"}
+#: internal ops produced by binding (never written by users)
+_NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One comparison ``column op value`` (``value`` is a tuple for in / not in)."""
+
+    column: str
+    op: str
+    value: Any = None
+
+
+DNF = tuple[tuple[Term, ...], ...]
+
+
+def _parse_term(raw: Any) -> Term:
+    if isinstance(raw, Term):
+        return raw
+    if not isinstance(raw, (tuple, list)) or len(raw) not in (2, 3):
+        raise InvalidPredicateError(
+            f"predicate term {raw!r} must be (column, op, value) or (column, 'is null')"
+        )
+    column, op = raw[0], raw[1]
+    value = raw[2] if len(raw) == 3 else None
+    if not isinstance(column, str):
+        raise InvalidPredicateError(f"predicate term {raw!r}: the column must be a string")
+    if not isinstance(op, str):
+        raise InvalidPredicateError(f"predicate term {raw!r}: the operator must be a string")
+    op = _ALIASES.get(op.strip().lower(), op.strip().lower())
+    if op not in OPS:
+        raise InvalidPredicateError(
+            f"predicate on column {column!r}: unknown operator {raw[1]!r}; use one of {', '.join(OPS)}"
+        )
+    if op in ("in", "not in"):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise InvalidPredicateError(
+                f"predicate on column {column!r}: {op!r} needs a list of values, got {value!r}"
+            )
+        value = tuple(value)
+    elif op in ("is null", "is not null"):
+        value = None
+    elif value is None:
+        raise InvalidPredicateError(
+            f"predicate on column {column!r}: cannot compare with None; use 'is null'"
+        )
+    return Term(column, op, value)
+
+
+def parse(predicates: Any) -> DNF | None:
+    """Validate the shape of a DNF predicate; ``None`` or ``[]`` means no filter."""
+    if predicates is None:
+        return None
+    if not isinstance(predicates, (list, tuple)):
+        raise InvalidPredicateError(
+            f"predicates must be a list of lists of (column, op, value) tuples, got {type(predicates).__name__}"
+        )
+    if not predicates:
+        return None
+    if all(isinstance(p, (tuple, list)) and len(p) in (2, 3) and isinstance(p[0], str) for p in predicates):
+        predicates = [predicates]  # a flat conjunction
+    out = []
+    for conj in predicates:
+        if not isinstance(conj, (list, tuple)) or not conj:
+            raise InvalidPredicateError(
+                f"each conjunction must be a non-empty list of (column, op, value) tuples, got {conj!r}"
+            )
+        out.append(tuple(_parse_term(t) for t in conj))
+    return tuple(out)
+
+
+def _bind_term(term: Term, schema: pa.Schema, dataset: str | None) -> Term:
+    idx = schema.get_field_index(term.column)
+    if idx < 0:
+        prefix = f"dataset {dataset!r}: " if dataset else ""
+        raise ColumnNotFoundError(
+            f"{prefix}predicate names column {term.column!r}, which the dataset does not have "
+            f"(columns: {', '.join(schema.names)})"
+        )
+    t = schema.field(idx).type
+    if term.op in ("is null", "is not null"):
+        return term
+    if pat.is_list(t) or pat.is_struct(t) or pat.is_null(t):
+        raise InvalidPredicateError(
+            f"{'dataset ' + repr(dataset) + ': ' if dataset else ''}column {term.column!r} is "
+            f"{t}; only 'is null' / 'is not null' apply to it"
+        )
+    if term.op in ("in", "not in"):
+        values = tuple(coerce_literal(v, t, term.column, dataset) for v in term.value)
+        if pat.is_unsigned_integer(t):  # negative values cannot occur in a uint column
+            values = tuple(v for v in values if not (isinstance(v, (int, float)) and v < 0))
+        values = tuple(dict.fromkeys(values))  # dedupe, keep order
+        if term.op == "in" and not values:
+            return Term(term.column, _NEVER)
+        if term.op == "not in" and not values:
+            return Term(term.column, "is not null")
+        return Term(term.column, term.op, values)
+    value = coerce_literal(term.value, t, term.column, dataset)
+    if pat.is_unsigned_integer(t) and isinstance(value, (int, float)) and value < 0:
+        if term.op in ("==", "<", "<="):
+            return Term(term.column, _NEVER)
+        return Term(term.column, "is not null")
+    return Term(term.column, term.op, value)
+
+
+def bind(dnf: DNF | None, schema: pa.Schema, *, dataset: str | None = None) -> DNF | None:
+    """Resolve columns and coerce literals against ``schema`` (unknown column fails here)."""
+    if dnf is None:
+        return None
+    return tuple(tuple(_bind_term(t, schema, dataset) for t in conj) for conj in dnf)
+
+
+def columns_of(dnf: DNF | None) -> list[str]:
+    """Columns a predicate touches, in first-use order."""
+    seen: dict[str, None] = {}
+    for conj in dnf or ():
+        for t in conj:
+            seen.setdefault(t.column, None)
+    return list(seen)
+
+
+def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
+    if isinstance(value, float) and pat.is_integer(t):
+        return pa.scalar(value, pa.float64())
+    if pat.is_timestamp(t):
+        return pa.scalar(value, pa.timestamp("ns", t.tz))
+    return pa.scalar(value, t)
+
+
+def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
+    """An Arrow expression for one bound term over a column of type ``t``."""
+    f = pc.field(term.column)
+    op = term.op
+    if op == _NEVER:
+        return pc.scalar(False)
+    if op == "is null":
+        return f.is_null(nan_is_null=False)
+    if op == "is not null":
+        return f.is_valid()
+    if op in ("in", "not in"):
+        vs = [v for v in term.value if not (isinstance(v, float) and math.isnan(v))]
+        arr = pa.array(vs, type=pa.float64() if any(isinstance(v, float) for v in vs) and pat.is_integer(t)
+                       else (pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t))
+        expr = f.isin(arr)
+        return expr if op == "in" else (~expr & f.is_valid())
+    s = _scalar(term.value, t)
+    return {
+        "==": f == s, "!=": f != s, "<": f < s, "<=": f <= s, ">": f > s, ">=": f >= s,
+    }[op]
+
+
+def to_expression(conjunctions: Sequence[Sequence[Term]], schema: pa.Schema) -> pc.Expression | None:
+    """OR of ANDs as one Arrow expression (None when there is nothing to filter)."""
+    ors = []
+    for conj in conjunctions:
+        if not conj:
+            return None  # an empty conjunction is always true
+        expr = None
+        for term in conj:
+            e = term_expression(term, schema.field(term.column).type)
+            expr = e if expr is None else expr & e
+        ors.append(expr)
+    if not ors:
+        return pc.scalar(False)
+    out = ors[0]
+    for e in ors[1:]:
+        out = out | e
+    return out

@@ -1,0 +1,154 @@
+"""Per-file statistics (FORMAT.md B.5): row count, byte size, per-column min / max / nulls.
+
+One Parquet table per dataset version holds a row per partition file, so planning loads
+all statistics with one store call. Columns: ``label``, ``rows``, ``bytes`` and, per data
+column ``c``, ``min:c``, ``max:c``, ``nulls:c``. A null min/max with ``nulls < rows`` means
+"unknown" (never prunes).
+
+>>> import pyarrow as pa
+>>> s = file_stats(pa.table({"x": [3, None, 1]}), nbytes=10)
+>>> s.rows, s.columns["x"]
+(3, (1, 3, 1))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from kstore.core.predicates import Term
+
+__all__ = ["FileStats", "file_stats", "stats_table", "prune_mask", "merge_stats_tables"]
+
+_MAX_STR = 256  # longer string/binary bounds are not kept (the column stays "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class FileStats:
+    rows: int
+    nbytes: int
+    columns: Mapping[str, tuple[Any, Any, int]] = field(default_factory=dict)
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        pat.is_boolean(t) or pat.is_integer(t) or pat.is_floating(t) or pat.is_string(t)
+        or pat.is_large_string(t) or pat.is_binary(t) or pat.is_date(t) or pat.is_timestamp(t)
+        or pat.is_decimal(t) or (pat.is_dictionary(t) and _orderable(t.value_type))
+    )
+
+
+def file_stats(table: pa.Table, nbytes: int) -> FileStats:
+    """Statistics of one file's table (computed from the data, not from Parquet footers)."""
+    cols: dict[str, tuple[Any, Any, int]] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        nulls = col.null_count
+        lo = hi = None
+        t = col.type
+        if _orderable(t) and nulls < len(col):
+            if pat.is_dictionary(t):
+                col = col.cast(t.value_type)
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if isinstance(lo, (str, bytes)) and (len(lo) > _MAX_STR or len(hi) > _MAX_STR):
+                lo = hi = None
+            if isinstance(lo, float) and (math.isnan(lo) or math.isnan(hi)):
+                lo = hi = None
+        cols[name] = (lo, hi, nulls)
+    return FileStats(rows=table.num_rows, nbytes=nbytes, columns=cols)
+
+
+def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Schema) -> pa.Table:
+    """The on-disk table for ``stats[i]`` of partition ``labels[i]``."""
+    arrays: dict[str, pa.Array] = {
+        "label": pa.array(list(labels), pa.string()),
+        "rows": pa.array([s.rows for s in stats], pa.int64()),
+        "bytes": pa.array([s.nbytes for s in stats], pa.int64()),
+    }
+    for f in schema:
+        if not _orderable(f.type):
+            continue
+        t = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        if pat.is_timestamp(t):
+            t = pa.timestamp("ns", t.tz)
+        get = [s.columns.get(f.name, (None, None, None)) for s in stats]
+        arrays[f"min:{f.name}"] = pa.array([g[0] for g in get], t)
+        arrays[f"max:{f.name}"] = pa.array([g[1] for g in get], t)
+        arrays[f"nulls:{f.name}"] = pa.array([g[2] for g in get], pa.int64())
+    return pa.table(arrays)
+
+
+def merge_stats_tables(old: pa.Table | None, new: pa.Table, drop_labels: Sequence[str] = ()) -> pa.Table:
+    """Old statistics without ``drop_labels`` plus ``new`` (columns unified, missing = null)."""
+    if old is not None and len(drop_labels):
+        old = old.filter(pc.invert(pc.is_in(old.column("label"), pa.array(list(drop_labels), pa.string()))))
+    if old is None or old.num_rows == 0:
+        return new
+    return pa.concat_tables([old, new], promote_options="permissive")
+
+
+def _cmp(values: pa.ChunkedArray | pa.Array, fn: str, lit: Any) -> np.ndarray:
+    t = values.type
+    if pat.is_timestamp(t):
+        scalar = pa.scalar(lit, pa.timestamp("ns", t.tz))
+    elif isinstance(lit, float) and pat.is_integer(t):
+        scalar = pa.scalar(lit, pa.float64())
+    else:
+        scalar = pa.scalar(lit, t)
+    out = getattr(pc, fn)(values, scalar)
+    return np.asarray(out.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def prune_mask(term: Term, stats: pa.Table) -> np.ndarray:
+    """Per stats row: False where the file provably holds no row matching ``term``."""
+    n = stats.num_rows
+    keep = np.ones(n, dtype=bool)
+    name = term.column
+    if f"nulls:{name}" not in stats.column_names:
+        return keep
+    rows = stats.column("rows").to_numpy()
+    nulls_col = stats.column(f"nulls:{name}")
+    known = np.asarray(nulls_col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    nulls = nulls_col.fill_null(0).to_numpy()
+    all_null = known & (nulls == rows)
+    if term.op == "is null":
+        return ~known | (nulls > 0)
+    if term.op == "is not null":
+        return ~all_null
+    if term.op == "never":
+        return np.zeros(n, dtype=bool)
+    lo, hi = stats.column(f"min:{name}"), stats.column(f"max:{name}")
+    op, v = term.op, term.value
+    if op == "==":
+        keep = _cmp(lo, "less_equal", v) & _cmp(hi, "greater_equal", v)
+    elif op == "<":
+        keep = _cmp(lo, "less", v)
+    elif op == "<=":
+        keep = _cmp(lo, "less_equal", v)
+    elif op == ">":
+        keep = _cmp(hi, "greater", v)
+    elif op == ">=":
+        keep = _cmp(hi, "greater_equal", v)
+    elif op == "!=":
+        if pat.is_floating(lo.type):
+            keep = np.ones(n, dtype=bool)
+        else:
+            keep = ~(~_cmp(lo, "not_equal", v) & ~_cmp(hi, "not_equal", v))
+    elif op == "in":
+        if len(v) > 256:
+            return ~all_null
+        keep = np.zeros(n, dtype=bool)
+        for x in v:
+            if isinstance(x, float) and math.isnan(x):
+                continue
+            keep |= _cmp(lo, "less_equal", x) & _cmp(hi, "greater_equal", x)
+    # 'not in' and anything else: no pruning beyond all-null files
+    return keep & ~all_null

@@ -1,0 +1,341 @@
+"""The eager (pandas / pyarrow) driver: compose the blocks, nothing else.
+
+Examples
+--------
+>>> import pandas as pd, kstore
+>>> df = pd.DataFrame({"day": ["a", "a", "b"], "x": [1, 2, 3]})
+>>> meta = kstore.store_dataset("memory://eager-doc", "sales", df, partition_on=["day"],
+...                             secondary_indices=["x"])
+>>> kstore.read_dataset("memory://eager-doc", "sales", predicates=[[("x", ">=", 2)]])
+  day  x
+0   a  2
+1   b  3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from kstore.blocks import load
+from kstore.blocks.commit import commit
+from kstore.blocks.read import read_plan, read_task, to_pandas
+from kstore.blocks.write import WrittenFile, iter_tables, table_schema, write_partitions
+from kstore.core import naming
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
+from kstore.core.operations import Operation
+from kstore.core.planning import ReadPlan
+from kstore.core.planning import plan_read as _plan
+from kstore.core.predicates import columns_of, parse
+from kstore.core.types import merge_schemas
+from kstore.errors import InvalidArgumentError, KstoreError
+from kstore.io.store import CountingStore, Store, StoreLike, open_store
+
+__all__ = [
+    "store_dataset",
+    "update_dataset",
+    "read_dataset",
+    "read_table",
+    "iter_dataset",
+    "plan_read",
+    "load_metadata",
+    "read_schema",
+    "index_lookup",
+    "write_files",
+]
+
+
+def _as_list(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
+    return tuple(value)
+
+
+def write_files(
+    store: Store,
+    dataset_uuid: str,
+    data: Any,
+    *,
+    partition_on: Sequence[str],
+    index_columns: Sequence[str],
+    table_name: str,
+    base_schema: pa.Schema | None = None,
+    schema_mode: str = "strict",
+) -> tuple[list[WrittenFile], pa.Schema | None]:
+    """Write every chunk of ``data`` (one at a time: bounded memory); no commit.
+
+    On any error the files written so far are deleted and the error re-raised.
+    """
+    files: list[WrittenFile] = []
+    schema = None
+    try:
+        for table in iter_tables(data, dataset=dataset_uuid):
+            chunk_schema = table_schema(
+                table, partition_on=partition_on, secondary_indices=index_columns, dataset=dataset_uuid
+            )
+            if base_schema is not None:
+                merge_schemas(base_schema, chunk_schema, dataset=dataset_uuid,
+                              allow_new_columns=schema_mode == "merge")
+            schema = chunk_schema if schema is None else merge_schemas(schema, chunk_schema, dataset=dataset_uuid,
+                                                                       allow_new_columns=schema_mode == "merge")
+            files.extend(
+                write_partitions(store, dataset_uuid, table, partition_on=partition_on,
+                                 index_columns=index_columns, table_name=table_name)
+            )
+    except BaseException:
+        for f in files:
+            try:
+                store.delete(f.key)
+            except Exception:
+                pass
+        raise
+    return files, schema
+
+
+def store_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    data: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    overwrite: bool = False,
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Write a new dataset (or replace one with ``overwrite=True``) in one commit.
+
+    ``data`` is a pandas DataFrame, a pyarrow Table, or an iterable of them (streamed: one
+    chunk in memory at a time). Rows are split by ``partition_on`` (hive-encoded in the
+    keys, dropped from the files); ``secondary_indices`` get inverted index files.
+
+    Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> m = kstore.store_dataset("memory://store-doc", "ds", pd.DataFrame({"p": [1, 2], "v": [1.0, 2.0]}),
+    ...                          partition_on="p")
+    >>> sorted(lab.split("/")[0] for lab in m.partitions)
+    ['p=1', 'p=2']
+    """
+    st = open_store(store)
+    naming.validate_name(dataset_uuid)
+    naming.validate_name(table_name, "table name")
+    if metadata_format not in naming.METADATA_SUFFIXES:
+        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    pon = _as_list(partition_on, "partition_on")
+    sec = tuple(c for c in _as_list(secondary_indices, "secondary_indices") if c not in pon)
+    if not overwrite and load.load_latest(st, dataset_uuid)[0] is not None:
+        from kstore.errors import DatasetExistsError
+
+        raise DatasetExistsError(
+            f"dataset {dataset_uuid!r} already exists; pass overwrite=True to replace it or use update_dataset"
+        )
+    files, schema = write_files(st, dataset_uuid, data, partition_on=pon, index_columns=sec, table_name=table_name)
+    op = Operation(kind="overwrite" if overwrite else "create", partition_on=pon, index_columns=sec,
+                   metadata=metadata, table=table_name, txn=txn)
+    try:
+        return commit(st, dataset_uuid, op, files=files, schema=schema, metadata_format=metadata_format)
+    except BaseException:
+        for f in files:
+            try:
+                st.delete(f.key)
+            except Exception:
+                pass
+        raise
+
+
+def update_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    data: Any = None,
+    *,
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    schema_mode: Literal["strict", "merge"] = "strict",
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Append ``data`` and/or delete the partitions matching ``delete_scope``, in one commit.
+
+    ``delete_scope`` is a list of ``{partition column: value}`` dicts (as in kartothek);
+    ``mode="overwrite_partitions"`` replaces every partition value the new data touches.
+    A concurrent writer that removed or added partitions inside the scope makes this
+    commit fail with :class:`~kstore.errors.CommitConflictError`; concurrent appends elsewhere
+    are merged automatically.
+    """
+    from kstore.blocks.scope import resolve_scope, scope_from_files
+
+    st = open_store(store)
+    base, _ = load.load_latest(st, dataset_uuid)
+    if base is None:
+        from kstore.errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    if mode not in ("append", "overwrite_partitions"):
+        raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
+    if schema_mode not in ("strict", "merge"):
+        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
+    pon = _as_list(partition_on, "partition_on") or base.partition_keys
+    if tuple(pon) != tuple(base.partition_keys):
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; got partition_on={list(pon)}"
+        )
+    base_schema = load.load_schema(st, base)
+    existing_idx = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in pon)
+    sec = tuple(dict.fromkeys(existing_idx + tuple(c for c in _as_list(secondary_indices, "secondary_indices") if c not in pon)))
+    files: list[WrittenFile] = []
+    schema = None
+    if data is not None:
+        files, schema = write_files(st, dataset_uuid, data, partition_on=pon, index_columns=sec,
+                                    table_name=base.table, base_schema=base_schema, schema_mode=schema_mode)
+    scope_fn = None
+    remove: tuple[str, ...] = ()
+    if delete_scope is not None or mode == "overwrite_partitions":
+        scopes = list(delete_scope or [])
+        if mode == "overwrite_partitions":
+            scopes += scope_from_files(files, pon)
+        def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
+            return resolve_scope(meta, base_schema, _scopes)
+        remove = tuple(sorted(scope_fn(base)))
+    op = Operation(kind="overwrite_partitions" if mode == "overwrite_partitions" else ("delete_scope" if remove and not files else "append"),
+                   remove=remove, read_version=base.version, partition_on=tuple(pon), index_columns=sec,
+                   metadata=metadata, schema_mode=schema_mode, table=base.table, txn=txn,
+                   scope_labels=frozenset(remove) if scope_fn else None)
+    try:
+        return commit(st, dataset_uuid, op, files=files, schema=schema, scope=scope_fn)
+    except BaseException:
+        for f in files:
+            try:
+                st.delete(f.key)
+            except Exception:
+                pass
+        raise
+
+
+def _resolve_meta(st: Store, dataset_uuid: str, version: int | None) -> DatasetMetadata:
+    if version is None:
+        return load.load_metadata(st, dataset_uuid)[0]
+    return load.load_version(st, dataset_uuid, version)
+
+
+def plan_read(
+    store: StoreLike,
+    dataset_uuid: str,
+    predicates: Any = None,
+    columns: Sequence[str] | None = None,
+    *,
+    version: int | None = None,
+    table: str | None = None,
+) -> ReadPlan:
+    """Plan a read: the files that can hold matching rows, with store calls counted.
+
+    Costs 1 get for the metadata (+1 for kartothek datasets' ``_common_metadata``), 1 per
+    secondary index a predicate uses, 1 for statistics when a predicate column has no
+    index. No listing.
+    """
+    counting = CountingStore(open_store(store))
+    meta = _resolve_meta(counting, dataset_uuid, version)
+    schema = load.load_schema(counting, meta, table)
+    dnf = parse(predicates)
+    pcols = columns_of(dnf)
+    idx_cols = [c for c in pcols if c not in meta.partition_keys and (c in meta.indices or c in meta.inline_indices)]
+    indices = load.load_indices(counting, meta, idx_cols, schema)
+    need_stats = any(c not in meta.partition_keys and c not in indices for c in pcols)
+    stats = load.load_stats(counting, meta) if need_stats else None
+    return _plan(meta, schema, predicates, columns, indices=indices, stats=stats, table=table,
+                 store_calls=dict(counting.calls))
+
+
+def read_table(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Any = None,
+    *,
+    version: int | None = None,
+    table: str | None = None,
+) -> pa.Table:
+    """Read (a filtered part of) a dataset as one Arrow table."""
+    st = open_store(store)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, table=table)
+    return read_plan(st, plan, columns)
+
+
+def read_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Any = None,
+    *,
+    as_arrow: bool = False,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+    version: int | None = None,
+    table: str | None = None,
+):
+    """Read a dataset into pandas (or Arrow with ``as_arrow=True``), planned by its indices.
+
+    Predicates are DNF ``[[(col, op, value), ...], ...]``; comparisons never match nulls
+    (use ``is null``). Results are exact: planning prunes files, then rows are filtered.
+    """
+    st = open_store(store)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, table=table)
+    result = read_plan(st, plan, columns)
+    if as_arrow:
+        return result
+    return to_pandas(result, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object)
+
+
+def iter_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Any = None,
+    *,
+    as_arrow: bool = False,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+    version: int | None = None,
+) -> Iterator[Any]:
+    """Yield the planned partitions one at a time (bounded memory); empty ones are skipped."""
+    st = open_store(store)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version)
+    for task in plan.tasks:
+        t = read_task(st, plan, task, columns)
+        if t.num_rows == 0 and plan.predicates is not None:
+            continue
+        yield t if as_arrow else to_pandas(t, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object)
+
+
+def load_metadata(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> DatasetMetadata:
+    """The dataset's metadata (current, or a retained ``version``)."""
+    return _resolve_meta(open_store(store), dataset_uuid, version)
+
+
+def read_schema(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> pa.Schema:
+    """The dataset's normalized schema (as ``_common_metadata`` holds it)."""
+    st = open_store(store)
+    return load.load_schema(st, _resolve_meta(st, dataset_uuid, version))
+
+
+def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -> list[str]:
+    """Partition labels whose index (secondary or partition) says ``column == value`` may occur."""
+    plan = plan_read(store, dataset_uuid, [[(column, "==", value)]], columns=[column])
+    if column not in plan.schema.names:
+        raise KstoreError(f"dataset {dataset_uuid!r} has no column {column!r}")
+    return sorted(plan.partitions)

@@ -1,0 +1,107 @@
+"""The kstore error tree.
+
+Every error kstore raises on purpose is a :class:`KstoreError`. Where a builtin exception
+fits as well (``ValueError`` for bad arguments, ``KeyError`` for missing keys), the kstore
+class also derives from it, so ``except ValueError`` keeps working for callers who do not
+know kstore.
+
+Messages speak the user's language: they name the dataset, column, value, key or version
+at fault, e.g. ``"dataset 'sales': column 'day' is date32; cannot compare with 'x' (str)"``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KstoreError",
+    "DatasetNotFoundError",
+    "DatasetExistsError",
+    "SchemaMismatchError",
+    "UnsupportedTypeError",
+    "InvalidPredicateError",
+    "PredicateError",
+    "InvalidKeyError",
+    "KeyNotFoundError",
+    "CorruptMetadataError",
+    "ColumnNotFoundError",
+    "InvalidArgumentError",
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "VersionNotFoundError",
+    "StoreError",
+]
+
+
+class KstoreError(Exception):
+    """Root of every error kstore raises on purpose."""
+
+
+class StoreError(KstoreError):
+    """A store could not be opened or did not behave as the store protocol requires."""
+
+
+class KeyNotFoundError(KstoreError, KeyError):
+    """A key the caller asked for is not in the store."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep ours readable
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidKeyError(KstoreError, ValueError):
+    """A key, dataset uuid, table name or label is not allowed (it could escape its prefix)."""
+
+
+class DatasetNotFoundError(KstoreError, KeyError):
+    """No dataset with this uuid exists in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetExistsError(KstoreError, ValueError):
+    """A create was asked for a dataset that exists (pass ``overwrite=True`` or append)."""
+
+
+class CorruptMetadataError(KstoreError, ValueError):
+    """A metadata, schema or index file could not be decoded or breaks the format."""
+
+
+class SchemaMismatchError(KstoreError, ValueError):
+    """New data does not fit the dataset's schema (names the column and both types)."""
+
+
+class UnsupportedTypeError(KstoreError, TypeError):
+    """A column has an Arrow/pandas type kstore cannot store or index."""
+
+
+class ColumnNotFoundError(KstoreError, KeyError):
+    """A column named in ``columns``, ``partition_on``, an index or a predicate does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidArgumentError(KstoreError, ValueError):
+    """An argument has a value outside what the function accepts."""
+
+
+class InvalidPredicateError(KstoreError, ValueError):
+    """A predicate is malformed, names an unknown column or compares with an unusable value."""
+
+
+#: Issue texts call it PredicateError; both names are the same class.
+PredicateError = InvalidPredicateError
+
+
+class CommitConflictError(KstoreError):
+    """Another writer committed a change that conflicts with this one; nothing was committed."""
+
+
+class CommitStateUnknownError(KstoreError):
+    """The commit may or may not have happened (the store failed mid-commit). Reload to see."""
+
+
+class VersionNotFoundError(KstoreError, KeyError):
+    """The requested dataset version does not exist or is no longer retained."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,7 @@
+"""Stores: one protocol, several backends."""
+
+from kstore.io.local import LocalStore
+from kstore.io.memory import MemoryStore
+from kstore.io.store import CountingStore, Store, open_store, store_factory
+
+__all__ = ["Store", "open_store", "store_factory", "CountingStore", "LocalStore", "MemoryStore"]

@@ -1,0 +1,68 @@
+"""Adapter for any simplekv / minimalkv store (the kartothek store API).
+
+Most key-value stores have no atomic create. For them ``put_if_absent`` checks and then
+puts, which is safe for one writer at a time; concurrent committers need a backend with a
+real atomic create (local directory, S3, memory). Directory stores (``hfs://``) are mapped
+to :class:`~kstore.io.local.LocalStore` by :func:`~kstore.io.store.open_store` for that reason.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from kstore.core.naming import validate_key
+from kstore.errors import KeyNotFoundError
+
+__all__ = ["KVStore"]
+
+
+class KVStore:
+    def __init__(self, kv: Any, url: str | None = None) -> None:
+        self.kv = kv
+        self.url = url
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"KVStore({self.kv!r})"
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(self.kv.get(validate_key(key)))
+        except KeyError as exc:
+            raise KeyNotFoundError(f"key {key!r} not found in {self.kv!r}") from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        self.kv.put(validate_key(key), bytes(data))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        with self._lock:  # atomic within this process only (see module docstring)
+            if self.exists(key):
+                return False
+            self.put(key, data)
+            return True
+
+    def delete(self, key: str) -> None:
+        try:
+            self.kv.delete(validate_key(key))
+        except KeyError:
+            pass
+
+    def exists(self, key: str) -> bool:
+        return validate_key(key) in self.kv
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        return iter(self.kv.iter_keys(prefix=prefix))
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            fh = self.kv.open(validate_key(key))
+        except KeyError as exc:
+            raise KeyNotFoundError(f"key {key!r} not found in {self.kv!r}") from exc
+        if hasattr(fh, "seekable") and fh.seekable():
+            return fh
+        data = fh.read()
+        fh.close()
+        return io.BytesIO(data)

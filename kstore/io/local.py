@@ -1,0 +1,147 @@
+"""A directory on a local (or network) file system as a store.
+
+``put`` writes a temporary file and renames it into place (atomic); ``put_if_absent``
+hard-links the finished temporary file to the key, which fails if the key exists, so a
+second writer can never overwrite the first (the commit protocol relies on this).
+
+>>> import tempfile
+>>> store = LocalStore(tempfile.mkdtemp())
+>>> store.put_if_absent("ds/_kstore/log/0.json", b"{}"), store.put_if_absent("ds/_kstore/log/0.json", b"x")
+(True, False)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from kstore.core.naming import validate_key
+from kstore.errors import KeyNotFoundError, StoreError
+
+__all__ = ["LocalStore"]
+
+_TMP_DIR = ".kstore-tmp"
+
+
+class LocalStore:
+    """Keys are files below ``root``; ``/`` in a key is a directory separator."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.url = "file://" + self.root
+        os.makedirs(self.root, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    def __reduce__(self):  # pickles as its root path
+        return (LocalStore, (self.root,))
+
+    def _path(self, key: str) -> str:
+        validate_key(key)
+        path = os.path.join(self.root, *key.split("/"))
+        # validate_key already forbids '..'; this guards against symlink-free surprises
+        if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
+            raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
+        return path
+
+    def _tmp_file(self, data: bytes) -> str:
+        tmp_dir = os.path.join(self.root, _TMP_DIR)
+        os.makedirs(tmp_dir, exist_ok=True)
+        tmp = os.path.join(tmp_dir, uuid.uuid4().hex)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        return tmp
+
+    def get(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as fh:
+                return fh.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise KeyNotFoundError(f"key {key!r} not found in {self.root!r}") from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = self._tmp_file(data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink(tmp)
+            raise
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = self._tmp_file(data)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:  # file systems without hard links: exclusive create
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return True
+        finally:
+            _unlink(tmp)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        _unlink(path)
+        # remove empty parent directories up to the root, as kartothek's hfs store does
+        parent = os.path.dirname(path)
+        while parent != self.root:
+            try:
+                os.rmdir(parent)
+            except OSError:
+                break
+            parent = os.path.dirname(parent)
+
+    def exists(self, key: str) -> bool:
+        return os.path.isfile(self._path(key))
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        if prefix:
+            if "\\" in prefix or "\x00" in prefix or any(p in (".", "..") for p in prefix.split("/")):
+                raise StoreError(f"invalid key prefix {prefix!r}")
+        base_key = prefix.rpartition("/")[0]
+        base = os.path.join(self.root, *base_key.split("/")) if base_key else self.root
+        yield from self._walk(base, base_key, prefix)
+
+    def _walk(self, directory: str, key_prefix: str, prefix: str) -> Iterator[str]:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.name == _TMP_DIR and directory == self.root:
+                continue
+            key = f"{key_prefix}/{entry.name}" if key_prefix else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if key.startswith(prefix) or prefix.startswith(key + "/"):
+                    yield from self._walk(entry.path, key, prefix)
+            elif key.startswith(prefix):
+                yield key
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            return open(self._path(key), "rb")  # noqa: SIM115 - the caller closes it
+        except (FileNotFoundError, IsADirectoryError) as exc:
+            raise KeyNotFoundError(f"key {key!r} not found in {self.root!r}") from exc
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,73 @@
+"""An in-process dict as a store (tests, demos, single-process pipelines).
+
+``MemoryStore.named("x")`` (URL ``memory://x``) returns the same store for the same name in
+one process, so a URL can stand for it in threads.
+
+>>> s = MemoryStore()
+>>> s.put("k", b"v"); s.get("k")
+b'v'
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from typing import BinaryIO, ClassVar
+
+from kstore.core.naming import validate_key
+from kstore.errors import KeyNotFoundError
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    _registry: ClassVar[dict[str, MemoryStore]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, name: str | None = None) -> None:
+        self._data: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self.url = f"memory://{name}" if name else None
+
+    @classmethod
+    def named(cls, name: str) -> MemoryStore:
+        with cls._registry_lock:
+            if name not in cls._registry:
+                cls._registry[name] = cls(name)
+            return cls._registry[name]
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.url or id(self)}, {len(self._data)} keys)"
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._data[validate_key(key)]
+        except KeyError as exc:
+            raise KeyNotFoundError(f"key {key!r} not found in the memory store") from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._data[validate_key(key)] = bytes(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        with self._lock:
+            if validate_key(key) in self._data:
+                return False
+            self._data[key] = bytes(data)
+            return True
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(validate_key(key), None)
+
+    def exists(self, key: str) -> bool:
+        return validate_key(key) in self._data
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = [k for k in self._data if k.startswith(prefix)]
+        return iter(keys)
+
+    def open(self, key: str) -> BinaryIO:
+        return io.BytesIO(self.get(key))

@@ -1,0 +1,495 @@
+"""An S3 bucket (or a prefix in one) as a store, using boto3 directly.
+
+Any S3-compatible service works: pass ``endpoint_url`` (MinIO, Ceph, moto, ...).
+Credentials come from the usual boto3 chain (environment, config files, instance roles)
+unless given explicitly; they never appear in :attr:`S3Store.url`.
+
+- ``put_if_absent`` is a conditional write (``PutObject`` with ``If-None-Match: *``), which
+  S3 performs atomically: of several concurrent writers exactly one succeeds, the others
+  get ``412 Precondition Failed`` (or ``409 ConditionalRequestConflict``) and see False.
+  The service must support conditional writes (AWS S3 does since 2024-08; MinIO does).
+- ``open`` returns a seekable file that fetches only the byte ranges that are read
+  (HTTP Range GETs through a 1 MiB buffer), so pyarrow reads a Parquet footer and the
+  column chunks it needs without downloading the whole object.
+
+URL form (what :func:`kstore.io.store.open_store` accepts)::
+
+    s3://bucket
+    s3://bucket/some/prefix
+    s3://bucket/some/prefix?endpoint_url=http://127.0.0.1:9000&region=eu-west-1
+
+Examples
+--------
+>>> store = S3Store("my-bucket", "datasets/", endpoint_url="http://127.0.0.1:9000")
+>>> store.url
+'s3://my-bucket/datasets?endpoint_url=http://127.0.0.1:9000'
+>>> S3Store.from_url(store.url).prefix
+'datasets'
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+from kstore.core.naming import validate_key
+from kstore.errors import InvalidKeyError, KeyNotFoundError, StoreError
+
+__all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE"]
+
+#: Buffer of the files :meth:`S3Store.open` returns: one Range GET fetches at least this much
+#: (up to the end of the object), so small sequential reads do not each cost a request.
+DEFAULT_BUFFER_SIZE = 1 << 20
+
+#: Client connection pool size (boto3's default of 10 is small for threaded writers).
+_MAX_POOL_CONNECTIONS = 32
+
+#: How often ``put_if_absent`` retries after ``409 ConditionalRequestConflict``.
+_CONFLICT_RETRIES = 4
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
+_CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "409"})
+_URL_QUERY_KEYS = frozenset({"endpoint_url", "region", "region_name"})
+
+
+def _error_code(exc: Any) -> tuple[str, int | None]:
+    """``(error code, HTTP status)`` of a botocore ``ClientError``."""
+    response = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, status
+
+
+def _retry_attempts(exc: Any) -> int:
+    """How many times botocore retried the request that ended in ``exc``."""
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0)
+
+
+def _is_not_found(exc: Any) -> bool:
+    code, status = _error_code(exc)
+    # a missing bucket is a configuration error, not a missing key
+    return code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket")
+
+
+def _is_aws_endpoint(endpoint_url: str | None) -> bool:
+    host = urllib.parse.urlsplit(endpoint_url or "").hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
+def _check_prefix(prefix: str, what: str) -> None:
+    """Reject ``.``/``..``/empty components, backslashes and NULs in a (partial) key prefix."""
+    parts = prefix.split("/")
+    if (
+        "\\" in prefix
+        or "\x00" in prefix
+        or any(p in (".", "..") for p in parts)
+        or any(p == "" for p in parts[:-1])
+    ):
+        raise InvalidKeyError(f"invalid {what} {prefix!r}: empty, '.' or '..' component, or a backslash/NUL")
+
+
+class S3Store:
+    """Keys are objects ``<prefix>/<key>`` in ``bucket``.
+
+    Parameters
+    ----------
+    bucket:
+        The bucket name (it must exist; kstore never creates buckets).
+    prefix:
+        Optional key prefix all keys live under (``"a/b"`` and ``"a/b/"`` are the same).
+    client:
+        A ready boto3 S3 client to use in this process. A pickled store (and a forked
+        child process) builds its own client from the other arguments instead.
+    endpoint_url, region_name:
+        For S3-compatible services and non-default regions; both are part of :attr:`url`.
+    aws_access_key_id, aws_secret_access_key, aws_session_token:
+        Explicit credentials; by default boto3 finds them (environment, config, role).
+        They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+    ) -> None:
+        if not isinstance(bucket, str) or not bucket or any(c in bucket for c in "/?#\\ "):
+            raise StoreError(f"invalid S3 bucket name {bucket!r}")
+        if not isinstance(prefix, str):
+            raise StoreError(f"invalid S3 key prefix {prefix!r}: must be a string")
+        prefix = prefix.strip("/")
+        if prefix:
+            validate_key(prefix)
+            if "?" in prefix or "#" in prefix:
+                raise InvalidKeyError(f"invalid S3 key prefix {prefix!r}: no '?' or '#'")
+        if client is not None:
+            # remember where a given client points, so a pickled copy goes to the same place
+            meta = getattr(client, "meta", None)
+            client_endpoint = getattr(meta, "endpoint_url", None)
+            if endpoint_url is None and client_endpoint and not _is_aws_endpoint(client_endpoint):
+                endpoint_url = client_endpoint
+            if region_name is None:
+                region_name = getattr(meta, "region_name", None) if endpoint_url else None
+        self.bucket = bucket
+        self.prefix = prefix
+        self.endpoint_url = endpoint_url
+        self.region_name = region_name
+        self._key_prefix = prefix + "/" if prefix else ""
+        self._credentials = {
+            k: v
+            for k, v in (
+                ("aws_access_key_id", aws_access_key_id),
+                ("aws_secret_access_key", aws_secret_access_key),
+                ("aws_session_token", aws_session_token),
+            )
+            if v is not None
+        }
+        self._client = client
+        self._client_pid = os.getpid() if client is not None else None
+        self._lock = threading.Lock()
+        self.url = self._build_url()
+
+    # -- construction, URL, pickling ------------------------------------------------------
+
+    def _build_url(self) -> str:
+        url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        query = {}
+        if self.endpoint_url:
+            query["endpoint_url"] = self.endpoint_url
+        if self.region_name:
+            query["region"] = self.region_name
+        if query:
+            url += "?" + urllib.parse.urlencode(query, safe=":/")
+        return url
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> S3Store:
+        """Open ``s3://bucket[/prefix][?endpoint_url=...&region=...]``.
+
+        ``kwargs`` (``client``, credentials, ...) are passed on to the constructor.
+
+        >>> S3Store.from_url("s3://bkt/a/b?region=eu-west-1").region_name
+        'eu-west-1'
+        """
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "s3" or not parts.netloc:
+            raise StoreError(f"invalid S3 URL {url!r}: expected s3://bucket[/prefix][?endpoint_url=...]")
+        if parts.fragment:
+            raise StoreError(f"invalid S3 URL {url!r}: no '#' allowed")
+        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
+        unknown = set(query) - _URL_QUERY_KEYS
+        if unknown:
+            raise StoreError(
+                f"invalid S3 URL {url!r}: unknown parameter(s) {sorted(unknown)}; "
+                "use endpoint_url and region (credentials come from the environment)"
+            )
+        options: dict[str, Any] = {}
+        if query.get("endpoint_url", [""])[-1]:
+            options["endpoint_url"] = query["endpoint_url"][-1]
+        region = (query.get("region") or query.get("region_name") or [""])[-1]
+        if region:
+            options["region_name"] = region
+        options.update(kwargs)
+        return cls(parts.netloc, parts.path, **options)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle as URL + explicit credentials; the copy creates its own client lazily."""
+        return (_rebuild, (self.url, dict(self._credentials)))
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client, created on first use (once per process, thread-safe)."""
+        pid = os.getpid()
+        client = self._client
+        if client is not None and self._client_pid == pid:
+            return client
+        if self._client_pid is not None and self._client_pid != pid:
+            # forked: the parent's lock may be held by a thread that does not exist here
+            self._lock = threading.Lock()
+        with self._lock:
+            if self._client is None or self._client_pid != pid:
+                self._client = self._make_client()
+                self._client_pid = pid
+            return self._client
+
+    def _make_client(self) -> Any:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:  # pragma: no cover - boto3 is the s3 extra
+            raise StoreError("S3 stores need boto3: pip install 'kstore[s3]'") from exc
+        session = boto3.session.Session(region_name=self.region_name, **self._credentials)
+        config = Config(max_pool_connections=_MAX_POOL_CONNECTIONS, retries={"mode": "standard"})
+        return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _full_key(self, key: str) -> str:
+        return self._key_prefix + validate_key(key)
+
+    def _where(self, full_key: str) -> str:
+        return f"key {full_key!r} in bucket {self.bucket!r}" + (
+            f" at {self.endpoint_url}" if self.endpoint_url else ""
+        )
+
+    def _store_error(self, action: str, full_key: str, exc: BaseException) -> StoreError:
+        return StoreError(f"S3 {action} of {self._where(full_key)} failed: {exc}")
+
+    def _not_found(self, full_key: str) -> KeyNotFoundError:
+        return KeyNotFoundError(f"{self._where(full_key)} not found")
+
+    # -- the Store protocol -------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; :class:`KeyNotFoundError` when it does not exist."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
+            return response["Body"].read()
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise self._not_found(full_key) from exc
+            raise self._store_error("get", full_key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._store_error("get", full_key, exc) from exc
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write (or replace) the object; S3 PUTs are atomic."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=full_key, Body=bytes(data))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._store_error("put", full_key, exc) from exc
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object unless it exists (``If-None-Match: *``); True if this call wrote it.
+
+        ``412 PreconditionFailed`` means the key exists: False. ``409
+        ConditionalRequestConflict`` (a concurrent write to the same key was in flight) is
+        retried a few times and then answered with False, since another writer is creating
+        the key. If botocore had retried the request (say after a timeout) and then got a
+        412, the earlier attempt may have been ours: the stored bytes are compared with
+        ``data`` to tell.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        body = bytes(data)
+        for attempt in range(_CONFLICT_RETRIES + 1):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=full_key, Body=body, IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                code, status = _error_code(exc)
+                if code in _PRECONDITION_CODES or status == 412:
+                    if _retry_attempts(exc) > 0:
+                        return self._get_or_none(full_key) == body
+                    return False
+                if code in _CONFLICT_CODES or status == 409:
+                    if attempt < _CONFLICT_RETRIES:
+                        time.sleep(0.05 * 2**attempt)
+                        continue
+                    return False
+                raise self._store_error("conditional put", full_key, exc) from exc
+            except BotoCoreError as exc:
+                raise self._store_error("conditional put", full_key, exc) from exc
+        return False  # pragma: no cover - the loop always returns
+
+    def _get_or_none(self, full_key: str) -> bytes | None:
+        try:
+            return self.get(full_key[len(self._key_prefix) :])
+        except KeyNotFoundError:
+            return None
+
+    def delete(self, key: str) -> None:
+        """Remove the object; a missing key is not an error."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                return
+            raise self._store_error("delete", full_key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._store_error("delete", full_key, exc) from exc
+
+    def exists(self, key: str) -> bool:
+        """Whether the object exists (one ``HeadObject``)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=full_key)
+            return True
+        except ClientError as exc:
+            if _is_not_found(exc):
+                return False
+            raise self._store_error("head", full_key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._store_error("head", full_key, exc) from exc
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        """Keys (relative to the store prefix) that start with ``prefix``, page by page.
+
+        ``prefix`` is a plain string prefix: ``"ds"`` matches ``ds/x`` and ``ds2/y``,
+        ``"ds/"`` only the former. "Folder" marker objects (names ending in ``/``) are
+        skipped; they are no valid keys.
+        """
+        if not isinstance(prefix, str):
+            raise InvalidKeyError(f"invalid key prefix {prefix!r}: must be a string")
+        if prefix:
+            _check_prefix(prefix, "key prefix")
+        return self._list(self._key_prefix + prefix)
+
+    def _list(self, full_prefix: str) -> Iterator[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        cut = len(self._key_prefix)
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+                for obj in page.get("Contents", ()):
+                    name: str = obj["Key"]
+                    if name.startswith(self._key_prefix) and len(name) > cut and not name.endswith("/"):
+                        yield name[cut:]
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(
+                f"S3 listing of prefix {full_prefix!r} in bucket {self.bucket!r} failed: {exc}"
+            ) from exc
+
+    def open(self, key: str, buffer_size: int = DEFAULT_BUFFER_SIZE) -> io.BufferedReader:
+        """A seekable read-only file over the object that fetches byte ranges on demand.
+
+        One ``HeadObject`` now (size and ETag; :class:`KeyNotFoundError` if missing), then a
+        Range GET per buffer refill. Range GETs carry ``If-Match: <etag>``, so an object
+        replaced while it is being read raises :class:`StoreError` instead of mixing bytes
+        of two versions.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        full_key = self._full_key(key)
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                raise self._not_found(full_key) from exc
+            raise self._store_error("head", full_key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._store_error("head", full_key, exc) from exc
+        raw = S3RangeReader(self, full_key, int(head["ContentLength"]), head.get("ETag"))
+        return io.BufferedReader(raw, buffer_size=buffer_size)
+
+
+class S3RangeReader(io.RawIOBase):
+    """Unbuffered, seekable, read-only view of one S3 object; each read is one Range GET.
+
+    Use it through :meth:`S3Store.open`, which adds a buffer.
+    """
+
+    def __init__(self, store: S3Store, full_key: str, size: int, etag: str | None = None) -> None:
+        super().__init__()
+        self._store = store
+        self._key = full_key
+        self._etag = etag
+        self._pos = 0
+        #: The object's size in bytes (from ``HeadObject`` at open time).
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"S3RangeReader(s3://{self._store.bucket}/{self._key}, size={self.size})"
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence!r}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        self._check_open()
+        view = memoryview(buffer).cast("B")
+        data = self._fetch(self._pos, len(view))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        """The rest of the object in one request (the default would loop in 8 KiB steps)."""
+        self._check_open()
+        data = self._fetch(self._pos, max(self.size - self._pos, 0))
+        self._pos += len(data)
+        return data
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+    def _fetch(self, start: int, length: int) -> bytes:
+        if length <= 0 or start >= self.size:
+            return b""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        end = min(start + length, self.size) - 1
+        kwargs: dict[str, Any] = {"Bucket": self._store.bucket, "Key": self._key, "Range": f"bytes={start}-{end}"}
+        if self._etag:
+            kwargs["IfMatch"] = self._etag
+        try:
+            return self._store.client.get_object(**kwargs)["Body"].read()
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            where = self._store._where(self._key)
+            if code in _PRECONDITION_CODES or status == 412:
+                raise StoreError(f"{where} changed while it was being read; open it again") from exc
+            if _is_not_found(exc):
+                raise StoreError(f"{where} was deleted while it was being read") from exc
+            raise StoreError(f"S3 range read (bytes {start}-{end}) of {where} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise self._store._store_error(f"range read (bytes {start}-{end})", self._key, exc) from exc
+
+
+def _rebuild(url: str, kwargs: dict[str, Any]) -> S3Store:
+    """Unpickle helper: :meth:`S3Store.from_url` with the explicit credentials."""
+    return S3Store.from_url(url, **kwargs)

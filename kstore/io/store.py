@@ -1,0 +1,222 @@
+"""The one narrow store protocol kstore talks to, and :func:`open_store`.
+
+A store is a flat ``key -> bytes`` namespace. Every backend (local directory, memory, S3,
+any simplekv/minimalkv store) implements :class:`Store`; everything above ``kstore.io``
+uses only these methods.
+
+Examples
+--------
+>>> store = open_store("memory://doc-store")
+>>> store.put("a/b", b"1")
+>>> store.put_if_absent("a/b", b"2")
+False
+>>> store.get("a/b"), sorted(store.iter_prefix("a/"))
+(b'1', ['a/b'])
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, Protocol, runtime_checkable
+
+from kstore.errors import StoreError
+
+__all__ = ["Store", "StoreLike", "open_store", "CountingStore", "store_factory"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What kstore needs from a store. Keys are validated ``/``-separated relative paths.
+
+    - ``get`` raises :class:`~kstore.errors.KeyNotFoundError` for a missing key.
+    - ``put`` is atomic: readers see the old bytes or the new, never a part.
+    - ``put_if_absent`` atomically creates the key; returns False (and writes nothing)
+      when it exists. Commits rely on it.
+    - ``delete`` of a missing key is not an error.
+    - ``iter_prefix`` lists keys starting with ``prefix`` (no order promised).
+    - ``open`` returns a seekable binary file for range reads.
+    """
+
+    url: str | None
+
+    def get(self, key: str) -> bytes: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def put_if_absent(self, key: str, data: bytes) -> bool: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def open(self, key: str) -> BinaryIO: ...
+
+
+StoreLike = Any  # a URL string, a Store, a simplekv/minimalkv store, or a factory of either
+
+
+def _is_kv_store(obj: Any) -> bool:
+    return all(hasattr(obj, m) for m in ("get", "put", "delete", "iter_keys", "keys"))
+
+
+def _from_url(url: str) -> Store:
+    from kstore.io.local import LocalStore
+    from kstore.io.memory import MemoryStore
+
+    if url.startswith("memory://"):
+        return MemoryStore.named(url[len("memory://") :] or "default")
+    if url.startswith("file://"):
+        return LocalStore(url[len("file://") :])
+    if url.startswith("s3://"):
+        from kstore.io.s3 import S3Store
+
+        return S3Store.from_url(url)
+    if "://" not in url:
+        return LocalStore(url)
+    try:
+        import minimalkv
+    except ImportError as exc:  # pragma: no cover - minimalkv is a dependency
+        raise StoreError(f"store URL {url!r} needs minimalkv") from exc
+    try:
+        kv = minimalkv.get_store_from_url(url)
+    except Exception as exc:  # minimalkv raises many kinds for bad URLs
+        raise StoreError(f"cannot open store URL {url!r}: {exc}") from exc
+    return _adapt_kv(kv, url)
+
+
+def _adapt_kv(kv: Any, url: str | None = None) -> Store:
+    from kstore.io.kv import KVStore
+    from kstore.io.local import LocalStore
+
+    root = getattr(kv, "root", None)
+    if root is not None and type(kv).__name__ in ("FilesystemStore", "HFilesystemStore"):
+        # a directory: use the local backend, which has atomic put-if-absent
+        return LocalStore(root)
+    return KVStore(kv, url=url)
+
+
+def open_store(store: StoreLike) -> Store:
+    """Turn a URL, a store object or a zero-argument factory into a :class:`Store`.
+
+    Accepted: ``"memory://name"``, ``"file:///path"`` or a plain path, ``"s3://bucket/prefix"``
+    (the ``s3`` extra), kartothek-style ``"hfs://..."`` / ``"hmemory://"`` and any other
+    minimalkv URL, a kstore :class:`Store`, any simplekv/minimalkv store, or a factory
+    returning one of these (so distributed workers can rebuild it).
+    """
+    if isinstance(store, str):
+        return _from_url(store)
+    if isinstance(store, Store) and hasattr(store, "put_if_absent"):
+        return store
+    if _is_kv_store(store):
+        return _adapt_kv(store)
+    if callable(store):
+        return open_store(store())
+    raise StoreError(
+        f"cannot use {type(store).__name__} as a store: pass a URL, a kstore Store, a "
+        "simplekv/minimalkv store or a zero-argument factory"
+    )
+
+
+def store_factory(store: StoreLike) -> Callable[[], Store]:
+    """A picklable zero-argument factory for ``store`` (for Dask/Spark workers).
+
+    URLs and picklable objects travel as they are; an unpicklable store raises
+    :class:`StoreError` here, on the client, not later on a worker.
+    """
+    if isinstance(store, str):
+        return _UrlFactory(store)
+    opened = open_store(store)
+    url = getattr(opened, "url", None)
+    if url and not url.startswith("memory://"):
+        return _UrlFactory(url)
+    target = store if callable(store) and not isinstance(store, Store) else opened
+    try:
+        pickle.dumps(target)
+    except Exception as exc:
+        raise StoreError(
+            f"store {type(target).__name__} cannot be pickled for workers; pass a URL or a "
+            "picklable factory"
+        ) from exc
+    return _ObjFactory(target)
+
+
+class _UrlFactory:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self) -> Store:
+        return open_store(self.url)
+
+    def __repr__(self) -> str:
+        return f"store_factory({self.url!r})"
+
+
+class _ObjFactory:
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __call__(self) -> Store:
+        return open_store(self.obj)
+
+
+class CountingStore:
+    """Wrap a store and count calls per method (``calls['get']`` ...), thread-safe.
+
+    Tests use it to check call budgets ("planning costs 1 + k gets, no listing").
+
+    >>> from kstore.io.memory import MemoryStore
+    >>> s = CountingStore(MemoryStore())
+    >>> s.put("k", b"v"); _ = s.get("k")
+    >>> dict(s.calls)
+    {'put': 1, 'get': 1}
+    """
+
+    def __init__(self, inner: StoreLike) -> None:
+        self.inner = open_store(inner)
+        self.url = getattr(self.inner, "url", None)
+        self.calls: Counter[str] = Counter()
+        self.keys: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def _count(self, method: str, key: str) -> None:
+        with self._lock:
+            self.calls[method] += 1
+            self.keys.append((method, key))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.keys.clear()
+
+    def get(self, key: str) -> bytes:
+        self._count("get", key)
+        return self.inner.get(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._count("put", key)
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._count("put_if_absent", key)
+        return self.inner.put_if_absent(key, data)
+
+    def delete(self, key: str) -> None:
+        self._count("delete", key)
+        self.inner.delete(key)
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        self._count("iter_prefix", prefix)
+        return self.inner.iter_prefix(prefix)
+
+    def exists(self, key: str) -> bool:
+        self._count("exists", key)
+        return self.inner.exists(key)
+
+    def open(self, key: str) -> BinaryIO:
+        self._count("open", key)
+        return self.inner.open(key)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv and install kstore with everything the tests, the demo and the benchmarks need.
+# Java 17 (for PySpark) is installed with apt-get when `java` is missing and we are root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing Java 17 for Spark"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    echo "WARNING: java not found; Spark tests will fail. Install a Java 17 runtime." >&2
+  fi
+fi
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[test,dask,spark,s3]"

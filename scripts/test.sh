@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run lint, the import-layer contract and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check kstore tests asv_bench bench examples
+.venv/bin/lint-imports --config setup.cfg
+.venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

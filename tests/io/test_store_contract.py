@@ -1,0 +1,722 @@
+"""One contract for every store backend (kstore.io.store.Store), plus S3 specifics.
+
+Backends: LocalStore, MemoryStore, KVStore around minimalkv ``hmemory://``, ``hfs://``
+through open_store (a LocalStore), and S3Store on a moto server (with and without a key
+prefix inside the bucket).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import multiprocessing
+import os
+import pickle
+import threading
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import minimalkv
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import kstore.io.s3 as s3_module
+from kstore.errors import InvalidKeyError, KeyNotFoundError, KstoreError, StoreError
+from kstore.io.kv import KVStore
+from kstore.io.local import _TMP_DIR, LocalStore
+from kstore.io.memory import MemoryStore
+from kstore.io.s3 import S3Store
+from kstore.io.store import CountingStore, Store, open_store, store_factory
+
+BACKENDS = ["local", "memory", "kv", "hfs", "s3", "s3-prefixed"]
+ATOMIC_BACKENDS = ["local", "memory", "hfs", "s3", "s3-prefixed"]
+
+S3_PREFIX = "some/prefix"
+#: Objects the s3-prefixed store must never see: outside its prefix, or a string-prefix
+#: sibling of it ("some/prefix-other" starts with "some/prefix").
+S3_DECOYS = ["outside/x", "some/prefix-other/y", "some/prefixz", "some/x"]
+
+
+def _make_store(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Store:
+    if kind == "local":
+        return LocalStore(tmp_path / "local")
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "kv":
+        return KVStore(minimalkv.get_store_from_url("hmemory://"))
+    if kind == "hfs":
+        store = open_store(f"hfs://{tmp_path / 'hfs'}")
+        assert isinstance(store, LocalStore)
+        return store
+    endpoint = request.getfixturevalue("s3_endpoint")
+    bucket = request.getfixturevalue("s3_bucket")
+    if kind == "s3":
+        return S3Store(bucket, endpoint_url=endpoint)
+    store = S3Store(bucket, S3_PREFIX, endpoint_url=endpoint)
+    for decoy in S3_DECOYS:
+        store.client.put_object(Bucket=bucket, Key=decoy, Body=b"decoy")
+    return store
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
+    return _make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=ATOMIC_BACKENDS)
+def atomic_store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
+    """Backends whose put_if_absent is atomic (KVStore's is atomic only per process)."""
+    return _make_store(request.param, tmp_path, request)
+
+
+def parquet_bytes(table: pa.Table, **kwargs: Any) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, **kwargs)
+    return sink.getvalue()
+
+
+SMALL_TABLE = pa.table(
+    {
+        "a": pa.array(range(1000), pa.int64()),
+        "b": pa.array([f"value-{i}" for i in range(1000)]),
+        "c": pa.array([i / 3 for i in range(1000)], pa.float64()),
+    }
+)
+
+
+# -- basic operations ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, data",
+    [
+        ("k", b"v"),
+        ("ds/table/x=a%20b/day=2024-01-01/f00.parquet", b"\x00\xff" * 1000),
+        ("ds/_kstore/log/00000000000000000000.json", b"{}"),
+        ("ds.by-dataset-metadata.json", b""),
+        ("a+b/c-d_e.f", bytes(range(256))),
+    ],
+)
+def test_put_get_roundtrip(store: Store, key: str, data: bytes) -> None:
+    assert store.exists(key) is False
+    store.put(key, data)
+    got = store.get(key)
+    assert got == data
+    assert type(got) is bytes
+    assert store.exists(key) is True
+
+
+def test_put_accepts_bytearray_and_memoryview(store: Store) -> None:
+    store.put("ba", bytearray(b"abc"))
+    store.put("mv", memoryview(b"xyz"))
+    assert (store.get("ba"), store.get("mv")) == (b"abc", b"xyz")
+
+
+def test_missing_key_raises_key_not_found(store: Store) -> None:
+    store.put("present/x", b"1")
+    for key in ("missing", "present/y", "present"):
+        with pytest.raises(KeyNotFoundError) as info:
+            store.get(key)
+        assert isinstance(info.value, KeyError)
+        assert isinstance(info.value, KstoreError)
+        assert key in str(info.value)
+        with pytest.raises(KeyNotFoundError):
+            store.open(key)
+    with pytest.raises(KeyError):  # callers that only know builtins
+        store.get("missing")
+
+
+def test_put_overwrites(store: Store) -> None:
+    store.put("k/v", b"first")
+    store.put("k/v", b"second, longer")
+    assert store.get("k/v") == b"second, longer"
+    store.put("k/v", b"3")
+    assert store.get("k/v") == b"3"
+    assert sorted(store.iter_prefix("k/")) == ["k/v"]
+
+
+def test_put_if_absent(store: Store) -> None:
+    assert store.put_if_absent("log/0.json", b"first") is True
+    assert store.get("log/0.json") == b"first"
+    assert store.put_if_absent("log/0.json", b"second") is False
+    assert store.get("log/0.json") == b"first"
+    store.put("log/1.json", b"by put")
+    assert store.put_if_absent("log/1.json", b"x") is False
+    assert store.get("log/1.json") == b"by put"
+
+
+def test_delete(store: Store) -> None:
+    store.put("d/a", b"1")
+    store.put("d/b", b"2")
+    store.delete("d/a")
+    assert store.exists("d/a") is False
+    with pytest.raises(KeyNotFoundError):
+        store.get("d/a")
+    assert store.get("d/b") == b"2"
+    assert sorted(store.iter_prefix("d/")) == ["d/b"]
+    # after a delete the key can be created again
+    assert store.put_if_absent("d/a", b"again") is True
+    assert store.get("d/a") == b"again"
+
+
+def test_delete_missing_is_fine(store: Store) -> None:
+    store.delete("never/existed")
+    store.put("dir/file", b"1")
+    store.delete("dir/other")
+    store.delete("dir")  # a "directory" in path-like stores, a missing key everywhere
+    assert store.get("dir/file") == b"1"
+    store.delete("dir/file")
+    store.delete("dir/file")
+    assert list(store.iter_prefix("")) == []
+
+
+def test_exists(store: Store) -> None:
+    assert store.exists("e/x") is False
+    store.put("e/x", b"")
+    assert store.exists("e/x") is True
+    assert store.exists("e") is False  # a prefix is no key
+    assert store.exists("e/x/y") is False
+    store.delete("e/x")
+    assert store.exists("e/x") is False
+
+
+# -- listing -------------------------------------------------------------------------------
+
+
+def test_iter_prefix(store: Store) -> None:
+    keys = [
+        "ds/a",
+        "ds/table/x=1/f.parquet",
+        "ds/table/x=2/deep/er/g.parquet",
+        "ds2/b",
+        "ds.by-dataset-metadata.json",
+        "other",
+    ]
+    for k in keys:
+        store.put(k, b"1")
+    assert sorted(store.iter_prefix("")) == sorted(keys)
+    assert sorted(store.iter_prefix("ds/")) == [
+        "ds/a",
+        "ds/table/x=1/f.parquet",
+        "ds/table/x=2/deep/er/g.parquet",
+    ]
+    assert sorted(store.iter_prefix("ds2/")) == ["ds2/b"]
+    # a prefix is a plain string prefix, not a directory
+    assert sorted(store.iter_prefix("ds")) == sorted(k for k in keys if k.startswith("ds"))
+    assert sorted(store.iter_prefix("ds/table/x=")) == [
+        "ds/table/x=1/f.parquet",
+        "ds/table/x=2/deep/er/g.parquet",
+    ]
+    assert sorted(store.iter_prefix("ds/table/x=2/")) == ["ds/table/x=2/deep/er/g.parquet"]
+    assert list(store.iter_prefix("ds/a")) == ["ds/a"]
+    assert list(store.iter_prefix("nothing/")) == []
+    assert list(store.iter_prefix("ds/table/x=1/f.parquet/")) == []
+
+
+def test_iter_prefix_is_an_iterator_of_str(store: Store) -> None:
+    store.put("it/a", b"1")
+    result = store.iter_prefix("it/")
+    assert isinstance(result, Iterator)
+    assert [type(k) for k in result] == [str]
+
+
+@pytest.mark.parametrize("kind", ["local", "hfs"])
+def test_local_temp_files_never_listed(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    store = _make_store(kind, tmp_path, request)
+    assert isinstance(store, LocalStore)
+    store.put("ds/a", b"1")
+    assert store.put_if_absent("ds/b", b"2") is True
+    # a writer that crashed between writing its temporary file and renaming it
+    tmp_dir = os.path.join(store.root, _TMP_DIR)
+    os.makedirs(tmp_dir, exist_ok=True)
+    with open(os.path.join(tmp_dir, "leftover"), "wb") as fh:
+        fh.write(b"partial")
+    assert sorted(store.iter_prefix("")) == ["ds/a", "ds/b"]
+    assert sorted(store.iter_prefix("ds/")) == ["ds/a", "ds/b"]
+    assert list(store.iter_prefix(".kstore")) == []
+
+
+def test_s3_prefixed_store_sees_only_its_prefix(tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    store = _make_store("s3-prefixed", tmp_path, request)
+    assert isinstance(store, S3Store)
+    store.put("a", b"1")
+    store.put("x", b"2")
+    assert sorted(store.iter_prefix("")) == ["a", "x"]
+    assert store.exists("x") and store.get("x") == b"2"  # not the decoy "some/x"
+    listed = store.client.list_objects_v2(Bucket=store.bucket, Prefix=S3_PREFIX + "/")
+    assert sorted(o["Key"] for o in listed["Contents"]) == [f"{S3_PREFIX}/a", f"{S3_PREFIX}/x"]
+    assert store.client.get_object(Bucket=store.bucket, Key="some/x")["Body"].read() == b"decoy"
+
+
+# -- open / range reads --------------------------------------------------------------------
+
+
+def test_open_reads_and_seeks(store: Store) -> None:
+    data = bytes(range(256)) * 40
+    store.put("blob", data)
+    with store.open("blob") as fh:
+        assert fh.readable() and fh.seekable()
+        assert fh.read() == data
+        assert fh.tell() == len(data)
+        assert fh.read(1) == b""
+        fh.seek(0)
+        assert fh.read(10) == data[:10]
+        assert fh.tell() == 10
+        assert fh.read(5) == data[10:15]
+        fh.seek(1000)
+        assert fh.read(7) == data[1000:1007]
+        assert fh.seek(3, io.SEEK_CUR) == 1010
+        assert fh.read(2) == data[1010:1012]
+        assert fh.seek(-8, io.SEEK_END) == len(data) - 8
+        assert fh.read(8) == data[-8:]
+        assert fh.tell() == len(data)
+        fh.seek(len(data) - 3)
+        assert fh.read(100) == data[-3:]  # a short read at the end
+        fh.seek(len(data) + 10)
+        assert fh.read(4) == b""
+        fh.seek(5)
+        assert fh.read() == data[5:]
+
+
+def test_open_empty_object(store: Store) -> None:
+    store.put("empty", b"")
+    with store.open("empty") as fh:
+        assert fh.read() == b""
+        assert fh.seek(0, io.SEEK_END) == 0
+        assert fh.read(10) == b""
+
+
+def test_open_parquet_with_pyarrow(store: Store) -> None:
+    store.put("ds/table/part.parquet", parquet_bytes(SMALL_TABLE, row_group_size=300))
+    with store.open("ds/table/part.parquet") as fh:
+        pf = pq.ParquetFile(fh)
+        assert pf.metadata.num_rows == 1000
+        assert pf.metadata.num_row_groups == 4
+        assert pf.schema_arrow.names == ["a", "b", "c"]
+        assert pf.read_row_group(2, columns=["b"]).column("b").to_pylist() == [
+            f"value-{i}" for i in range(600, 900)
+        ]
+    with store.open("ds/table/part.parquet") as fh:
+        table = pq.read_table(fh, columns=["c", "a"])
+    assert table.column_names == ["c", "a"]
+    assert table.equals(SMALL_TABLE.select(["c", "a"]))
+
+
+# -- invalid keys --------------------------------------------------------------------------
+
+INVALID_KEYS = ["../x", "a/../../x", "/abs", "a//b", "a/./b", "a\\b", "", ".", "a/", "a\x00b"]
+
+
+@pytest.mark.parametrize("key", INVALID_KEYS)
+def test_invalid_keys_rejected(store: Store, key: str) -> None:
+    calls: list[Callable[[], Any]] = [
+        lambda: store.get(key),
+        lambda: store.put(key, b"x"),
+        lambda: store.put_if_absent(key, b"x"),
+        lambda: store.delete(key),
+        lambda: store.exists(key),
+        lambda: store.open(key),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidKeyError):
+            call()
+    assert list(store.iter_prefix("")) == []  # nothing was written
+
+
+def test_non_string_key_rejected(store: Store) -> None:
+    with pytest.raises(InvalidKeyError):
+        store.put(b"bytes-key", b"x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidKeyError):
+        store.get(None)  # type: ignore[arg-type]
+
+
+# -- concurrency ---------------------------------------------------------------------------
+
+
+def _race(n_threads: int, fn: Callable[[int], Any]) -> list[Any]:
+    barrier = threading.Barrier(n_threads, timeout=30)
+
+    def run(i: int) -> Any:
+        barrier.wait()
+        return fn(i)
+
+    with concurrent.futures.ThreadPoolExecutor(n_threads) as pool:
+        return list(pool.map(run, range(n_threads)))
+
+
+def test_put_if_absent_race_has_one_winner(atomic_store: Store) -> None:
+    for round_ in range(5):
+        key = f"ds/_kstore/log/{round_:020d}.json"
+        results = _race(8, lambda i, key=key: atomic_store.put_if_absent(key, f"writer {i}".encode()))
+        assert results.count(True) == 1, results
+        winner = results.index(True)
+        assert atomic_store.get(key) == f"writer {winner}".encode()
+
+
+def test_concurrent_puts_are_atomic(atomic_store: Store) -> None:
+    payloads = [bytes([i]) * 50_000 for i in range(8)]
+    _race(8, lambda i: atomic_store.put("shared", payloads[i]))
+    assert atomic_store.get("shared") in payloads
+
+
+@pytest.mark.parametrize("kind", ["local", "hfs"])
+def test_local_put_and_delete_race_in_one_directory(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """delete() prunes empty directories; a put into the same directory must still work."""
+    store = _make_store(kind, tmp_path, request)
+
+    def work(i: int) -> None:
+        for j in range(100):
+            if i % 2:
+                assert store.put_if_absent(f"p/d{j}/w{i}", b"x")
+            else:
+                store.put(f"p/d{j}/w{i}", b"x")
+            store.delete(f"p/d{j}/w{i}")
+
+    _race(8, work)
+    assert list(store.iter_prefix("")) == []
+
+
+# -- open_store / store_factory ------------------------------------------------------------
+
+
+def test_open_store_urls(tmp_path: Any, s3_endpoint: str, s3_bucket: str) -> None:
+    name = uuid.uuid4().hex
+    memory = open_store(f"memory://{name}")
+    assert isinstance(memory, MemoryStore)
+    memory.put("k", b"1")
+    assert open_store(f"memory://{name}").get("k") == b"1"  # same name, same store
+
+    for url in (f"file://{tmp_path}/f", str(tmp_path / "plain"), f"hfs://{tmp_path}/h"):
+        local = open_store(url)
+        assert isinstance(local, LocalStore), url
+        local.put("a/b", url.encode())
+        assert LocalStore(local.root).get("a/b") == url.encode()
+
+    kv = open_store("hmemory://")
+    assert isinstance(kv, KVStore)
+    kv.put("x/y", b"2")
+    assert kv.get("x/y") == b"2"
+
+    s3 = open_store(f"s3://{s3_bucket}/pre/fix?endpoint_url={s3_endpoint}")
+    assert isinstance(s3, S3Store)
+    assert (s3.bucket, s3.prefix, s3.endpoint_url) == (s3_bucket, "pre/fix", s3_endpoint)
+    s3.put("k", b"3")
+    assert S3Store(s3_bucket, endpoint_url=s3_endpoint).get("pre/fix/k") == b"3"
+
+
+def test_open_store_objects_and_factories(tmp_path: Any) -> None:
+    mem = MemoryStore()
+    assert open_store(mem) is mem
+    local = LocalStore(tmp_path)
+    assert open_store(local) is local
+    counting = CountingStore(mem)
+    assert open_store(counting) is counting
+
+    kv = minimalkv.get_store_from_url("hmemory://")
+    adapted = open_store(kv)
+    assert isinstance(adapted, KVStore) and adapted.kv is kv
+    adapted.put("a", b"1")
+    assert kv.get("a") == b"1"
+
+    hfs = minimalkv.get_store_from_url(f"hfs://{tmp_path}/kvdir")
+    assert isinstance(open_store(hfs), LocalStore)
+
+    assert open_store(lambda: mem) is mem
+    made = open_store(lambda: str(tmp_path / "from-factory"))
+    assert isinstance(made, LocalStore) and made.root == str(tmp_path / "from-factory")
+    assert isinstance(open_store(lambda: kv), KVStore)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [object(), 42, None, b"memory://x", ["memory://x"], lambda: object(), lambda: 3.5],
+    ids=["object", "int", "None", "bytes", "list", "factory-of-object", "factory-of-float"],
+)
+def test_open_store_rejects_unknown_objects(bad: Any) -> None:
+    with pytest.raises(StoreError):
+        open_store(bad)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "nosuchscheme://x",
+        "s3://",
+        "s3:///prefix",
+        "s3://bucket/p?endpont_url=http://x",
+        "s3://bucket/a/../b",
+    ],
+)
+def test_open_store_rejects_bad_urls(url: str) -> None:
+    with pytest.raises(KstoreError):
+        open_store(url)
+
+
+def _assert_equivalent(original: Store, rebuilt: Store) -> None:
+    assert type(rebuilt) is type(original)
+    assert rebuilt is not original
+    assert rebuilt.url == original.url
+    original.put("shared/key", b"from the original")
+    assert rebuilt.get("shared/key") == b"from the original"
+    rebuilt.put("shared/back", b"from the copy")
+    assert original.get("shared/back") == b"from the copy"
+
+
+@pytest.mark.parametrize("kind", ["local", "hfs", "s3", "s3-prefixed"])
+def test_store_factory_pickles(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    store = _make_store(kind, tmp_path, request)
+    # a store, its URL, and an (unpicklable) lambda factory, which travels as the URL
+    for source in (store, store.url, lambda: store.url):
+        factory = store_factory(source)
+        rebuilt = pickle.loads(pickle.dumps(factory))()
+        _assert_equivalent(store, rebuilt)
+    # the store object itself pickles too (also after its client was made)
+    _assert_equivalent(store, pickle.loads(pickle.dumps(store)))
+
+
+def test_store_factory_rejects_unpicklable_store() -> None:
+    with pytest.raises(StoreError):
+        store_factory(MemoryStore())  # an unnamed memory store lives in one process only
+
+
+def _worker_roundtrip(factory: Callable[[], Store]) -> bytes:
+    store = factory()
+    store.put("from-worker", b"written in %d" % os.getpid())
+    return store.get("from-parent")
+
+
+def test_s3_store_factory_in_another_process(s3_store: S3Store) -> None:
+    s3_store.put("from-parent", b"hello")
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        assert pool.submit(_worker_roundtrip, store_factory(s3_store)).result(timeout=60) == b"hello"
+    assert s3_store.get("from-worker") != b"written in %d" % os.getpid()
+    assert s3_store.get("from-worker").startswith(b"written in ")
+
+
+# -- S3 specifics --------------------------------------------------------------------------
+
+
+def test_s3_url_roundtrip_and_no_secrets() -> None:
+    store = S3Store(
+        "bkt",
+        "/a/b/",
+        endpoint_url="http://127.0.0.1:9000",
+        region_name="eu-west-1",
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="s3cr3t",
+    )
+    assert store.prefix == "a/b"
+    assert store.url == "s3://bkt/a/b?endpoint_url=http://127.0.0.1:9000&region=eu-west-1"
+    for text in (store.url, repr(store)):
+        assert "s3cr3t" not in text and "AKIDEXAMPLE" not in text
+    again = S3Store.from_url(store.url)
+    assert (again.bucket, again.prefix, again.endpoint_url, again.region_name) == (
+        "bkt",
+        "a/b",
+        "http://127.0.0.1:9000",
+        "eu-west-1",
+    )
+    assert S3Store("bkt").url == "s3://bkt"
+    assert S3Store.from_url("s3://bkt").prefix == ""
+    assert S3Store.from_url("s3://bkt/").prefix == ""
+    # explicit credentials travel with a pickled store (never in the URL)
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.url == store.url
+    credentials = copy.client._request_signer._credentials
+    assert (credentials.access_key, credentials.secret_key) == ("AKIDEXAMPLE", "s3cr3t")
+
+
+def test_s3_given_client_is_used_and_its_endpoint_kept(s3_endpoint: str, s3_bucket: str) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    store = S3Store(s3_bucket, client=client)
+    assert store.client is client
+    assert store.endpoint_url == s3_endpoint
+    store.put("k", b"v")
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.client is not client
+    assert copy.get("k") == b"v"
+
+
+def test_s3_client_is_created_once_per_process(s3_store: S3Store) -> None:
+    clients = _race(8, lambda i: s3_store.client)
+    assert all(c is clients[0] for c in clients)
+
+
+def test_s3_missing_bucket_is_a_store_error(s3_endpoint: str) -> None:
+    store = S3Store("kstore-no-such-bucket", endpoint_url=s3_endpoint)
+    for call in (lambda: store.get("k"), lambda: store.put("k", b"1"), lambda: list(store.iter_prefix(""))):
+        with pytest.raises(StoreError, match="kstore-no-such-bucket") as info:
+            call()
+        assert not isinstance(info.value, KeyNotFoundError)
+    with pytest.raises(StoreError, match="'k'"):
+        store.put_if_absent("k", b"1")
+
+
+def test_s3_connection_error_is_a_store_error() -> None:
+    import socket
+
+    import boto3
+    from botocore.config import Config
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=2),
+    )
+    store = S3Store("bkt", client=client)
+    with pytest.raises(StoreError, match="'bkt'"):
+        store.get("some/key")
+
+
+def test_s3_open_uses_range_requests(s3_store: S3Store) -> None:
+    rng = np.random.default_rng(0)
+    n = 250_000
+    table = pa.table({f"col{i}": rng.random(n) for i in range(8)})  # 8 x 2 MB, incompressible
+    data = parquet_bytes(table, compression="none")
+    assert len(data) > 10_000_000
+    s3_store.put("big.parquet", data)
+
+    ranges: list[str | None] = []
+    transferred: list[int] = []
+
+    def before(params: dict[str, Any], **_: Any) -> None:
+        ranges.append(params.get("Range"))
+
+    def after(parsed: dict[str, Any], **_: Any) -> None:
+        transferred.append(int(parsed.get("ContentLength", 0)))
+
+    events = s3_store.client.meta.events
+    events.register("before-parameter-build.s3.GetObject", before)
+    events.register("after-call.s3.GetObject", after)
+
+    with s3_store.open("big.parquet") as fh:
+        column = pq.read_table(fh, columns=["col3"]).column("col3")
+    assert column.equals(table.column("col3"))
+    assert ranges and all(r is not None and r.startswith("bytes=") for r in ranges), ranges
+    assert len(ranges) == len(transferred)
+    # one column of eight plus footer and read-ahead: far less than the whole file
+    assert sum(transferred) < len(data) / 3, (sum(transferred), len(data))
+
+    ranges.clear()
+    transferred.clear()
+    with s3_store.open("big.parquet") as fh:
+        fh.seek(-8, io.SEEK_END)
+        assert fh.read(8) == data[-8:]
+    assert len(ranges) == 1 and sum(transferred) == 8
+
+
+def test_s3_open_reads_across_many_buffers(s3_store: S3Store) -> None:
+    data = os.urandom(300_000)
+    s3_store.put("blob", data)
+    with s3_store.open("blob", buffer_size=4096) as fh:
+        chunks = []
+        while chunk := fh.read(10_000):
+            chunks.append(chunk)
+        assert b"".join(chunks) == data
+        fh.seek(123_457)
+        assert fh.read(1) == data[123_457:123_458]
+
+
+def test_s3_open_detects_replaced_object(s3_store: S3Store) -> None:
+    s3_store.put("changing", b"a" * 10_000)
+    with s3_store.open("changing", buffer_size=64) as fh:
+        assert fh.read(4) == b"aaaa"
+        s3_store.put("changing", b"b" * 10_000)
+        fh.seek(5000)
+        with pytest.raises(StoreError, match="changed while it was being read"):
+            fh.read(4)
+
+
+def test_s3_iter_prefix_skips_folder_markers(s3_store: S3Store) -> None:
+    s3_store.client.put_object(Bucket=s3_store.bucket, Key="ds/", Body=b"")
+    s3_store.put("ds/x", b"1")
+    assert list(s3_store.iter_prefix("")) == ["ds/x"]
+
+
+def test_s3_iter_prefix_pages(s3_store: S3Store) -> None:
+    keys = sorted(f"many/{i:05d}" for i in range(1100))  # more than one 1000-key page
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: s3_store.put(k, b""), keys))
+    assert sorted(s3_store.iter_prefix("many/")) == keys
+
+
+def _stubbed_store() -> tuple[S3Store, Any]:
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client(
+        "s3", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b"
+    )
+    return S3Store("bkt", client=client), Stubber(client)
+
+
+def test_s3_put_if_absent_after_retry_checks_who_wrote() -> None:
+    from botocore.response import StreamingBody
+
+    store, stubber = _stubbed_store()
+
+    def body(data: bytes) -> dict[str, Any]:
+        return {"Body": StreamingBody(io.BytesIO(data), len(data))}
+
+    with stubber:
+        # botocore retried (say after a timeout): the 412 may answer our own first attempt
+        for stored in (b"mine", b"theirs"):
+            stubber.add_client_error(
+                "put_object", "PreconditionFailed", http_status_code=412, response_meta={"RetryAttempts": 1}
+            )
+            stubber.add_response("get_object", body(stored), {"Bucket": "bkt", "Key": "k"})
+        # no retry: a 412 is somebody else's key, nothing is read
+        stubber.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
+        assert store.put_if_absent("k", b"mine") is True
+        assert store.put_if_absent("k", b"mine") is False
+        assert store.put_if_absent("k", b"mine") is False
+        stubber.assert_no_pending_responses()
+
+
+def test_s3_put_if_absent_conflict_409(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(s3_module, "time", types.SimpleNamespace(sleep=sleeps.append))
+    store, stubber = _stubbed_store()
+    with stubber:
+        for _ in range(2):
+            stubber.add_client_error("put_object", "ConditionalRequestConflict", http_status_code=409)
+        stubber.add_response("put_object", {})
+        assert store.put_if_absent("k", b"v") is True
+        for _ in range(s3_module._CONFLICT_RETRIES + 1):
+            stubber.add_client_error("put_object", "ConditionalRequestConflict", http_status_code=409)
+        assert store.put_if_absent("k", b"v") is False
+        stubber.add_client_error("put_object", "InternalError", http_status_code=500)
+        with pytest.raises(StoreError, match="'k' in bucket 'bkt'"):
+            store.put_if_absent("k", b"v")
+        stubber.assert_no_pending_responses()
+    assert len(sleeps) == 2 + s3_module._CONFLICT_RETRIES
+
+
+def test_s3_server_errors_name_bucket_and_key() -> None:
+    store, stubber = _stubbed_store()
+    with stubber:
+        stubber.add_client_error("get_object", "AccessDenied", http_status_code=403)
+        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'") as info:
+            store.get("a/b")
+        assert not isinstance(info.value, KeyNotFoundError)
+        stubber.add_client_error("head_object", "403", http_status_code=403)
+        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'"):
+            store.exists("a/b")
+        stubber.add_client_error("delete_object", "AccessDenied", http_status_code=403)
+        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'"):
+            store.delete("a/b")
