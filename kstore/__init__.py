@@ -3,7 +3,8 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, open_store
+    load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
+    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
 """
 
 from kstore._version import __version__
@@ -20,10 +21,28 @@ from kstore.eager import (
 )
 from kstore.errors import KstoreError
 from kstore.io.store import open_store
+from kstore.lifecycle import (
+    build_indices,
+    copy_dataset,
+    delete_dataset,
+    delete_rows,
+    diff,
+    garbage_collect,
+    history,
+    upgrade_dataset,
+)
 
 __all__ = [
     "__version__",
     "KstoreError",
+    "build_indices",
+    "copy_dataset",
+    "delete_dataset",
+    "delete_rows",
+    "diff",
+    "garbage_collect",
+    "history",
+    "upgrade_dataset",
     "index_lookup",
     "iter_dataset",
     "load_metadata",

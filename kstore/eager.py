@@ -227,7 +227,13 @@ def update_dataset(
         raise
 
 
-def _resolve_meta(st: Store, dataset_uuid: str, version: int | None) -> DatasetMetadata:
+def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:
+    if as_of is not None:
+        from kstore.blocks.history import version_as_of
+
+        if version is not None:
+            raise InvalidArgumentError("pass version or as_of, not both")
+        version = version_as_of(st, dataset_uuid, as_of)
     if version is None:
         return load.load_metadata(st, dataset_uuid)[0]
     return load.load_version(st, dataset_uuid, version)
@@ -240,6 +246,7 @@ def plan_read(
     columns: Sequence[str] | None = None,
     *,
     version: int | None = None,
+    as_of: Any = None,
     table: str | None = None,
 ) -> ReadPlan:
     """Plan a read: the files that can hold matching rows, with store calls counted.
@@ -249,7 +256,7 @@ def plan_read(
     index. No listing.
     """
     counting = CountingStore(open_store(store))
-    meta = _resolve_meta(counting, dataset_uuid, version)
+    meta = _resolve_meta(counting, dataset_uuid, version, as_of)
     schema = load.load_schema(counting, meta, table)
     dnf = parse(predicates)
     pcols = columns_of(dnf)
@@ -268,11 +275,12 @@ def read_table(
     predicates: Any = None,
     *,
     version: int | None = None,
+    as_of: Any = None,
     table: str | None = None,
 ) -> pa.Table:
     """Read (a filtered part of) a dataset as one Arrow table."""
     st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, table=table)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
     return read_plan(st, plan, columns)
 
 
@@ -286,15 +294,17 @@ def read_dataset(
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
     version: int | None = None,
+    as_of: Any = None,
     table: str | None = None,
 ):
     """Read a dataset into pandas (or Arrow with ``as_arrow=True``), planned by its indices.
 
     Predicates are DNF ``[[(col, op, value), ...], ...]``; comparisons never match nulls
     (use ``is null``). Results are exact: planning prunes files, then rows are filtered.
+    ``version=N`` or ``as_of=datetime`` read an older retained version (time travel).
     """
     st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, table=table)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
     result = read_plan(st, plan, columns)
     if as_arrow:
         return result
@@ -311,10 +321,11 @@ def iter_dataset(
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
     version: int | None = None,
+    as_of: Any = None,
 ) -> Iterator[Any]:
     """Yield the planned partitions one at a time (bounded memory); empty ones are skipped."""
     st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of)
     for task in plan.tasks:
         t = read_task(st, plan, task, columns)
         if t.num_rows == 0 and plan.predicates is not None:

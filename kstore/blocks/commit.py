@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from kstore import __version__
 from kstore.blocks import load
+from kstore.blocks.read import index_from_store
 from kstore.blocks.write import (
     WrittenFile,
     index_from_files,
@@ -42,7 +43,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import AddedFile, Operation, apply, check
 from kstore.core.stats import merge_stats_tables, stats_table
-from kstore.core.types import merge_schemas, with_pandas_metadata, schema_pandas_metadata
+from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
 from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -81,46 +82,51 @@ def _build_indices(
     op: Operation,
     files: Sequence[WrittenFile],
     schema: pa.Schema,
-    prebuilt: dict[str, ColumnIndex],
+    prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
 ) -> tuple[dict[str, str], list[str]]:
-    """Index keys of the new version, and the keys this attempt wrote (to undo on retry)."""
+    """Index keys of the new version, and the keys this attempt wrote (to undo on retry).
+
+    Every index of the new version covers exactly its partitions: indices of the base are
+    updated incrementally (removed labels dropped, new files merged); partitions a
+    concurrent commit added that no index source covers are read back from the store.
+    """
     wanted = [c for c in dict.fromkeys(tuple(new.indices) + tuple(new.inline_indices) + op.index_columns)
               if c not in new.partition_keys and c not in op.drop_index_columns]
     keys: dict[str, str] = {}
     written: list[str] = []
+    current = set(new.partitions)
+    by_label = {f.label: f for f in files}
     for col in wanted:
         if col not in schema.names:
             raise InvalidArgumentError(f"dataset {new.uuid!r}: cannot index column {col!r}: no such column")
         vtype = index_storage_type(schema.field(col).type)
+        base_has = base is not None and not op.creates and (col in base.indices or col in base.inline_indices)
         if col in prebuilt:
-            idx = prebuilt[col]
-            if base is not None and not op.creates and (col in base.indices or col in base.inline_indices):
-                # a concurrent commit may have added partitions: index them from the old index
-                extra_labels = [lab for lab in new.partitions if lab not in set(idx.labels.to_pylist())]
-                if extra_labels:
-                    old = load.load_index(store, base, col, schema).keep_labels(extra_labels)
-                    idx = idx.merge(old)
-        elif op.creates or base is None or (col not in base.indices and col not in base.inline_indices):
-            if base is not None and not op.creates and base.partitions and not set(base.partitions) <= set(op.remove):
-                raise InvalidArgumentError(
-                    f"dataset {new.uuid!r} has no index on {col!r} yet; build it for the existing "
-                    f"partitions first with build_indices(store, {new.uuid!r}, [{col!r}])"
-                )
-            idx = index_from_files(col, files, vtype)
-        else:
-            changed = bool(op.remove) or any(col in f.index_values for f in files)
+            idx, covered = prebuilt[col]
+        elif base_has:
+            changed = bool(op.remove) or bool(files)
             if not changed and col in base.indices:
                 keys[col] = base.indices[col]
                 continue
             idx = load.load_index(store, base, col, schema)
-            if op.remove:
-                idx = idx.drop_labels(list(op.remove))
-            missing = [f for f in files if col not in f.index_values]
-            if missing:
-                from kstore.blocks.read import index_values_from_files
-
-                files = list(files) + index_values_from_files(store, new, missing, col)
-            idx = idx.merge(index_from_files(col, files, vtype))
+            covered = frozenset(base.partitions)
+        else:
+            idx, covered = ColumnIndex.empty(col, vtype), frozenset()
+        stale = [lab for lab in covered if lab not in current]
+        if stale:
+            idx = idx.drop_labels(stale)
+        missing = [lab for lab in current if lab not in covered]
+        with_values = [by_label[lab] for lab in missing if lab in by_label and col in by_label[lab].index_values]
+        if with_values:
+            idx = idx.merge(index_from_files(col, with_values, vtype))
+        unread = [lab for lab in missing if not (lab in by_label and col in by_label[lab].index_values)]
+        if unread:
+            if len(unread) > 1000 and not base_has and col not in prebuilt and op.kind != "build_indices":
+                raise InvalidArgumentError(
+                    f"dataset {new.uuid!r} has no index on {col!r} yet; build it first with "
+                    f"build_indices(store, {new.uuid!r}, [{col!r}])"
+                )
+            idx = idx.merge(index_from_store(store, new, unread, col, vtype))
         key = write_index_file(store, new.uuid, idx)
         keys[col] = key
         written.append(key)
@@ -146,7 +152,7 @@ def commit(
     files: Sequence[WrittenFile] = (),
     schema: pa.Schema | None = None,
     metadata_format: MetadataFormat | None = None,
-    prebuilt_indices: dict[str, ColumnIndex] | None = None,
+    prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = None,
     scope: Callable[[DatasetMetadata], set[str]] | None = None,
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
@@ -163,7 +169,7 @@ def commit(
         op = replace(op, added=added_files(files))
     prebuilt = dict(prebuilt_indices or {})
     delay = 0.01
-    for attempt in range(max_attempts):
+    for _attempt in range(max_attempts):
         base, base_fmt = load.load_latest(store, dataset_uuid)
         if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
             return base

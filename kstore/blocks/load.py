@@ -19,13 +19,13 @@ from kstore.core import naming, serialize
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.io.store import Store
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
     KeyNotFoundError,
     VersionNotFoundError,
 )
+from kstore.io.store import Store
 
 __all__ = [
     "load_metadata",

@@ -152,25 +152,28 @@ def to_pandas(
             col = pc.dictionary_encode(col)
         arrays.append(col)
         fields.append(pa.field(f.name, col.type))
-    meta = schema_pandas_metadata(schema)
+    meta = schema_pandas_metadata(schema) or {"columns": []}
     out_schema = pa.schema(fields)
-    if meta:
+    if True:
         import json
 
         cols = {c["field_name"]: c for c in meta.get("columns", []) if c.get("field_name")}
         meta = dict(meta, index_columns=[], column_indexes=[],
-                    columns=[_pandas_col(cols.get(f.name), f) for f in fields])
+                    columns=[_pandas_col(cols.get(f.name), f, col.null_count) for f, col in zip(fields, arrays)])
         out_schema = out_schema.with_metadata({b"pandas": json.dumps(meta).encode()})
     table = pa.Table.from_arrays(arrays, schema=out_schema)
     return table.to_pandas(date_as_object=dates_as_object)
 
 
-def _pandas_col(entry: dict | None, f: pa.Field) -> dict:
+def _pandas_col(entry: dict | None, f: pa.Field, null_count: int = 0) -> dict:
     from kstore.core.types import pandas_metadata
 
     fresh = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
     if entry is not None and entry.get("numpy_type") in ("Int64", "UInt64", "boolean", "Float64"):
         fresh["numpy_type"] = entry["numpy_type"]
+    elif null_count and pat.is_integer(f.type):
+        # an integer column with missing values stays integer: pandas' nullable dtype
+        fresh["numpy_type"] = "UInt64" if pat.is_unsigned_integer(f.type) else "Int64"
     if pat.is_dictionary(f.type):
         fresh["pandas_type"] = "categorical"
         fresh["numpy_type"] = str(f.type.index_type)
@@ -178,15 +181,31 @@ def _pandas_col(entry: dict | None, f: pa.Field) -> dict:
     return fresh
 
 
-def index_values_from_files(store: Store, meta: Any, files: Sequence[Any], column: str) -> list[Any]:
-    """Distinct values of ``column`` in already written files (read back from the store)."""
-    from dataclasses import replace as _replace
 
-    out = []
-    for f in files:
-        with store.open(f.key) as fh:
-            col = pq.read_table(fh, columns=[column]).column(column)
+def index_from_store(
+    store: Store, meta: Any, labels: Sequence[str], column: str, vtype: pa.DataType, *, max_workers: int = 8
+) -> Any:
+    """Build the index of ``column`` over the given partitions by reading that one column."""
+    from kstore.core.index import ColumnIndex
+
+    def one(label: str) -> tuple[pa.Array, str]:
+        key = meta.file_key(label)
+        with store.open(key) as fh:
+            pf = pq.ParquetFile(fh)
+            if column not in pf.schema_arrow.names:
+                return pa.array([], vtype), label
+            col = pf.read(columns=[column]).column(column)
         if pat.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
-        out.append(_replace(f, index_values={column: pc.unique(col.combine_chunks()).drop_null()}))
-    return out
+        return pc.unique(col.combine_chunks()).drop_null(), label
+
+    labels = list(labels)
+    if not labels:
+        return ColumnIndex.empty(column, vtype)
+    with ThreadPoolExecutor(max(1, min(max_workers, len(labels)))) as pool:
+        parts = list(pool.map(one, labels))
+    vals = [v.cast(vtype) if not v.type.equals(vtype) else v for v, _ in parts if len(v)]
+    labs = [pa.array([lab] * len(v), pa.string()) for v, lab in parts if len(v)]
+    if not vals:
+        return ColumnIndex.empty(column, vtype)
+    return ColumnIndex.build(column, pa.concat_arrays(vals), pa.concat_arrays(labs))

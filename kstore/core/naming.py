@@ -194,9 +194,25 @@ def stats_key(dataset_uuid: str, file_id: str | None = None) -> str:
     return f"{dataset_prefix(dataset_uuid)}{KSTORE_DIR}/stats/{file_id or new_file_id()}.parquet"
 
 
-def new_file_id() -> str:
-    """A fresh random file id (uuid4 hex), as kartothek uses for labels."""
-    return _uuid.uuid4().hex
+def new_file_id(now: float | None = None) -> str:
+    """A fresh file id: ``k<epoch ms, hex>_<random hex>``.
+
+    Like kartothek's uuid4 ids it is unique; the time prefix lets garbage collection keep
+    unreferenced files younger than the retention window (a write may still be running).
+    """
+    import time
+
+    ms = int((time.time() if now is None else now) * 1000)
+    return f"k{ms:011x}_{_uuid.uuid4().hex[:20]}"
+
+
+_ID_TIME_RE = re.compile(r"k([0-9a-f]{11})_[0-9a-f]{20}")
+
+
+def file_id_time(key: str) -> float | None:
+    """Epoch seconds encoded in a kstore file id inside ``key``; None for other ids."""
+    found = _ID_TIME_RE.findall(key)
+    return int(found[-1], 16) / 1000 if found else None
 
 
 def build_label(partition_values: Sequence[tuple[str, str]], file_id: str) -> str:

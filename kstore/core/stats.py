@@ -25,7 +25,7 @@ import pyarrow.types as pat
 
 from kstore.core.predicates import Term
 
-__all__ = ["FileStats", "file_stats", "stats_table", "prune_mask", "merge_stats_tables"]
+__all__ = ["FileStats", "file_stats", "stats_table", "stats_by_label", "prune_mask", "merge_stats_tables"]
 
 _MAX_STR = 256  # longer string/binary bounds are not kept (the column stays "unknown")
 
@@ -84,6 +84,19 @@ def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Sc
         arrays[f"max:{f.name}"] = pa.array([g[1] for g in get], t)
         arrays[f"nulls:{f.name}"] = pa.array([g[2] for g in get], pa.int64())
     return pa.table(arrays)
+
+
+def stats_by_label(stats: pa.Table | None) -> dict[str, FileStats]:
+    """The rows of a statistics table back as :class:`FileStats` per label."""
+    if stats is None:
+        return {}
+    rows = stats.to_pylist()
+    names = [c[4:] for c in stats.column_names if c.startswith("min:")]
+    out = {}
+    for r in rows:
+        cols = {n: (r[f"min:{n}"], r[f"max:{n}"], r[f"nulls:{n}"]) for n in names}
+        out[r["label"]] = FileStats(r["rows"], r["bytes"], cols)
+    return out
 
 
 def merge_stats_tables(old: pa.Table | None, new: pa.Table, drop_labels: Sequence[str] = ()) -> pa.Table:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import errno
 import os
 import uuid
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TypeVar
 
 from kstore.core.naming import validate_key
 from kstore.errors import KeyNotFoundError, StoreError
@@ -24,6 +24,9 @@ from kstore.errors import KeyNotFoundError, StoreError
 __all__ = ["LocalStore"]
 
 _TMP_DIR = ".kstore-tmp"
+_DIR_RETRIES = 100
+
+T = TypeVar("T")
 
 
 class LocalStore:
@@ -63,22 +66,45 @@ class LocalStore:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
             raise KeyNotFoundError(f"key {key!r} not found in {self.root!r}") from exc
 
+    def _in_directory(self, path: str, place: Callable[[], T]) -> T:
+        """Create ``path``'s directory and run ``place`` (which puts the file there).
+
+        A concurrent :meth:`delete` may prune the directory between the two steps (then
+        ``makedirs`` or ``place`` fails with "not found" or "exists"): create it again.
+        """
+        directory = os.path.dirname(path)
+        last: OSError | None = None
+        for _ in range(_DIR_RETRIES):
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except FileExistsError as exc:
+                if os.path.lexists(directory) and not os.path.isdir(directory):
+                    raise StoreError(f"cannot store {path!r}: {directory!r} is a file") from exc
+                last = exc  # created and pruned again by other threads
+                continue
+            except FileNotFoundError as exc:
+                last = exc  # a parent was pruned while makedirs ran
+                continue
+            try:
+                return place()
+            except FileNotFoundError as exc:
+                last = exc  # the directory was pruned after makedirs
+        raise StoreError(f"could not create {path!r}: its directory kept disappearing") from last
+
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = self._tmp_file(data)
         try:
-            os.replace(tmp, path)
+            self._in_directory(path, lambda: os.replace(tmp, path))
         except BaseException:
             _unlink(tmp)
             raise
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = self._tmp_file(data)
         try:
-            os.link(tmp, path)
+            self._in_directory(path, lambda: os.link(tmp, path))
             return True
         except FileExistsError:
             return False
@@ -86,7 +112,9 @@ class LocalStore:
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
                 raise
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = self._in_directory(
+                    path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                )
             except FileExistsError:
                 return False
             with os.fdopen(fd, "wb") as fh:
@@ -97,7 +125,12 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        _unlink(path)
+        try:
+            _unlink(path)
+        except OSError:
+            if os.path.isdir(path):  # a "directory" is no key, so it is missing: fine
+                return
+            raise
         # remove empty parent directories up to the root, as kartothek's hfs store does
         parent = os.path.dirname(path)
         while parent != self.root:

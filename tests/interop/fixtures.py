@@ -26,7 +26,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -52,7 +52,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # ---------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_manifest() -> dict:
     with open(FIXTURE_ROOT / "MANIFEST.json", encoding="utf-8") as fh:
         return json.load(fh)
@@ -63,7 +63,7 @@ def dataset_uuids() -> list[str]:
     return [d["uuid"] for d in load_manifest()["datasets"]]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_expected_cached(uuid: str) -> str:
     return (EXPECTED_DIR / f"{uuid}.json").read_text(encoding="utf-8")
 
@@ -218,7 +218,7 @@ def set_diff(expected: Iterable, got: Iterable) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _common_schema_cached(uuid: str) -> pa.Schema:
     exp = load_expected(uuid)
     return pq.read_schema(SOURCE_STORE / uuid / exp["table"] / "_common_metadata")
@@ -510,7 +510,7 @@ def partition_lookup_truth(uuid: str, column: str, value: Any) -> set[str]:
 # ---------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _oracle_rows_cached(uuid: str) -> tuple:
     exp = load_expected(uuid)
     schema = common_schema(uuid)

@@ -135,7 +135,7 @@ def test_oracle_reproduces_recorded_full_read(uuid):
             if fx.row_id_sha256(block["row_ids"]) != block["row_id_sha256"]:
                 problems.append("row_id_sha256 helper does not reproduce the recorded hash")
     for col, counts in (exp.get("partition_column_value_counts") or {}).items():
-        want = Counter({v: n for v, n in counts["source"]})
+        want = Counter(dict(counts["source"]))
         got = Counter(r[col] for r in rows)
         if want != got:
             problems.append(f"{col} value counts: source {dict(want)}, oracle {dict(got)}")
@@ -208,10 +208,10 @@ def test_full_read(store_url, uuid):
     counts = exp.get("partition_column_value_counts") or {}
     # kartothek-bug datasets: the TRUE partition values ('a b/c=d%', False), with counts
     for col, block in counts.items():
-        want = Counter({v: n for v, n in block["source"]})
+        want = Counter(dict(block["source"]))
         got = Counter(fx.canon(v, schema.field(col).type) for v in df[col].tolist())
         if want != got:
-            lossy = Counter({v: n for v, n in block["kartothek_read"]})
+            lossy = Counter(dict(block["kartothek_read"]))
             note = " (= kartothek's LOSSY read, the bug kstore must not copy)" if got == lossy else ""
             problems.append(f"{col} value counts: expected source {dict(want)}, got {dict(got)}{note}")
     # other datasets: the distinct partition values are the decoded label values

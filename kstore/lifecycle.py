@@ -1,0 +1,221 @@
+"""Lifecycle driver: indices, row deletes, history, GC, deletion, copies, upgrades.
+
+Every mutation here goes through :func:`kstore.blocks.commit.commit`.
+
+Examples
+--------
+>>> import pandas as pd, kstore
+>>> _ = kstore.store_dataset("memory://life-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+>>> _ = kstore.build_indices("memory://life-doc", "d", ["x"])
+>>> [h.operation for h in kstore.history("memory://life-doc", "d")]
+['create', 'build_indices']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kstore.blocks import load
+from kstore.blocks.commit import commit
+from kstore.blocks.gc import GCResult, collect_garbage, delete_all
+from kstore.blocks.history import Diff, HistoryEntry, version_as_of
+from kstore.blocks.history import diff as _diff
+from kstore.blocks.history import history as _history
+from kstore.blocks.read import index_from_store, read_task
+from kstore.blocks.write import write_partitions
+from kstore.core import naming
+from kstore.core.index import index_storage_type
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.operations import Operation
+from kstore.core.planning import plan_read as _plan
+from kstore.core.predicates import bind, parse
+from kstore.errors import ColumnNotFoundError, DatasetExistsError, InvalidArgumentError
+from kstore.io.store import StoreLike, open_store
+
+__all__ = [
+    "build_indices",
+    "delete_rows",
+    "history",
+    "diff",
+    "resolve_version",
+    "garbage_collect",
+    "delete_dataset",
+    "copy_dataset",
+    "upgrade_dataset",
+]
+
+
+def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[str]) -> DatasetMetadata:
+    """Build (or rebuild) secondary indices of ``columns`` over every partition; one commit.
+
+    Reads only the indexed column of each file. Partitions appended concurrently are
+    indexed at commit time, so the index always covers the committed partitions.
+    """
+    st = open_store(store)
+    cols = [columns] if isinstance(columns, str) else list(columns)
+    base, _ = load.load_latest(st, dataset_uuid)
+    if base is None:
+        from kstore.errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    schema = load.load_schema(st, base)
+    missing = [c for c in cols if c not in schema.names]
+    if missing:
+        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: cannot index {missing}: no such column(s)")
+    cols = [c for c in cols if c not in base.partition_keys]
+    labels = list(base.partitions)
+    prebuilt = {
+        c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
+        for c in cols
+    }
+    op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table)
+    return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt)
+
+
+def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any) -> DatasetMetadata:
+    """Delete the rows matching ``predicates``: rewrite only the affected files (copy-on-write).
+
+    A file left empty is dropped. If another writer removes or replaces an affected
+    partition before this commits, it fails with :class:`~kstore.errors.CommitConflictError`.
+    """
+    from kstore.core.predicates import to_expression
+    from kstore.core.types import read_schema
+
+    st = open_store(store)
+    base, _ = load.load_latest(st, dataset_uuid)
+    if base is None:
+        from kstore.errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    schema = load.load_schema(st, base)
+    if parse(predicates) is None:
+        raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
+    dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
+    indices = load.load_indices(st, base, [t.column for c in dnf for t in c], schema)
+    plan = _plan(base, schema, predicates, indices=indices, stats=load.load_stats(st, base))
+    expr = to_expression(dnf, read_schema(schema))
+    data_cols = [c for c in schema.names if c not in base.partition_keys]
+    files, remove = [], []
+    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    for task in plan.tasks:
+        full = read_task(st, plan, replace(task, residual=None), list(schema.names))
+        hit = _mask(full, expr)
+        if not hit.any():
+            continue
+        remove.append(task.label)
+        keep = full.filter(pa.array(~hit))
+        if keep.num_rows:
+            keep = keep.select(list(base.partition_keys) + data_cols)
+            files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
+                                          index_columns=sec, table_name=base.table))
+    if not remove:
+        return base
+    op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
+                   partition_on=base.partition_keys)
+    return commit(st, dataset_uuid, op, files=files, schema=None)
+
+
+def _mask(table: pa.Table, expr) -> np.ndarray:
+    """Evaluate a filter expression to a boolean numpy mask (null -> False)."""
+    pos = table.append_column("__row", pa.array(np.arange(table.num_rows))).filter(expr).column("__row")
+    mask = np.zeros(table.num_rows, dtype=bool)
+    mask[pos.to_numpy()] = True
+    return mask
+
+
+def history(store: StoreLike, dataset_uuid: str) -> list[HistoryEntry]:
+    """Retained versions, oldest first: version, timestamp, operation, partitions added/removed, rows, writer."""
+    return _history(open_store(store), dataset_uuid)
+
+
+def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int) -> Diff:
+    """Partitions added and removed between two versions (incremental processing)."""
+    return _diff(open_store(store), dataset_uuid, from_version, to_version)
+
+
+def resolve_version(store: StoreLike, dataset_uuid: str, *, version: int | None = None,
+                    as_of: datetime | None = None) -> int | None:
+    if version is not None and as_of is not None:
+        raise InvalidArgumentError("pass version or as_of, not both")
+    if as_of is not None:
+        return version_as_of(open_store(store), dataset_uuid, as_of)
+    return version
+
+
+def garbage_collect(
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    retention: timedelta = timedelta(days=7),
+    dry_run: bool = False,
+) -> GCResult:
+    """Delete files no retained version references and expire old log entries.
+
+    ``retention=timedelta(0)`` keeps only the newest version (and forgets time travel).
+    """
+    if not isinstance(retention, timedelta) or retention < timedelta(0):
+        raise InvalidArgumentError(f"retention must be a non-negative timedelta, got {retention!r}")
+    return collect_garbage(open_store(store), dataset_uuid, retention=retention, dry_run=dry_run)
+
+
+def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
+    """Delete every key of the dataset (main metadata file last); returns how many."""
+    return delete_all(open_store(store), dataset_uuid)
+
+
+def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None = None,
+                 new_uuid: str | None = None) -> DatasetMetadata:
+    """Copy the current version to ``new_uuid`` and/or another store (files are copied)."""
+    src = open_store(source)
+    dst = open_store(target) if target is not None else src
+    new_uuid = new_uuid or dataset_uuid
+    naming.validate_name(new_uuid)
+    if dst is src and new_uuid == dataset_uuid:
+        raise InvalidArgumentError("copy_dataset needs another store or another uuid")
+    if load.load_latest(dst, new_uuid)[0] is not None:
+        raise DatasetExistsError(f"dataset {new_uuid!r} already exists in the target store")
+    meta, fmt = load.load_metadata(src, dataset_uuid)
+    schema = load.load_schema(src, meta)
+    from kstore.blocks.write import WrittenFile
+    from kstore.core.stats import FileStats, stats_by_label
+
+    def moved(key: str) -> str:
+        return new_uuid + key[len(dataset_uuid):]
+
+    old_stats = stats_by_label(load.load_stats(src, meta))
+    files = []
+    for label, tables in meta.partitions.items():
+        for table, key in tables.items():
+            dst.put(moved(key), src.get(key))
+            files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
+    prebuilt = {
+        col: (load.load_index(src, meta, col, schema), frozenset(meta.partitions))
+        for col in list(meta.indices) + list(meta.inline_indices)
+    }
+    op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
+                   table=meta.table, index_columns=tuple(prebuilt))
+    return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt, prebuilt_indices=prebuilt)
+
+
+def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:
+    """Turn a kartothek/plateau dataset into a versioned kstore dataset (no data rewritten).
+
+    Records version 0 with the schema from ``_common_metadata``; indices are kept.
+    A dataset kstore already versions is returned unchanged.
+    """
+    st = open_store(store)
+    base, _ = load.load_latest(st, dataset_uuid)
+    if base is None:
+        from kstore.errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    if base.version is not None:
+        return base
+    op = Operation(kind="upgrade", read_version=None, table=base.table)
+    return commit(st, dataset_uuid, op, schema=None)

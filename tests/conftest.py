@@ -1,0 +1,59 @@
+"""Shared fixtures for the whole test tree (keep this file small).
+
+``store_url``: a fresh, empty store per test, once as a local directory
+(``file:///...``) and once as a named in-process memory store (``memory://<unique>``).
+Sub-directories may override it (tests/interop does, with its fixture store).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+STORE_KINDS = ("file", "memory")
+
+
+def new_store_url(kind: str, tmp_path: Path) -> str:
+    """A URL of a new, empty store of ``kind`` ("file" below ``tmp_path``, or "memory")."""
+    if kind == "file":
+        root = tmp_path / f"store-{uuid.uuid4().hex[:8]}"
+        root.mkdir(parents=True)
+        return "file://" + str(root)
+    if kind == "memory":
+        return f"memory://kstore-test-{uuid.uuid4().hex}"
+    raise ValueError(f"unknown store kind {kind!r}")
+
+
+def drop_store(url: str) -> None:
+    """Free a named memory store (memory stores live for the whole process otherwise)."""
+    if url.startswith("memory://"):
+        from kstore.io.memory import MemoryStore
+
+        with MemoryStore._registry_lock:
+            MemoryStore._registry.pop(url[len("memory://") :], None)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh empty store: ``file://<tmp dir>`` or ``memory://<unique name>``."""
+    url = new_store_url(request.param, tmp_path)
+    yield url
+    drop_store(url)
+
+
+@pytest.fixture(scope="session")
+def new_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Factory ``new_store(kind) -> url`` for fixtures wider than one test (module scope)."""
+    made: list[str] = []
+
+    def make(kind: str) -> str:
+        url = new_store_url(kind, tmp_path_factory.mktemp("stores"))
+        made.append(url)
+        return url
+
+    yield make
+    for url in made:
+        drop_store(url)
