@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check kstore tests asv_bench bench examples
+.venv/bin/ruff check .
 .venv/bin/lint-imports --config setup.cfg
 .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -1,0 +1,5 @@
+import sys
+
+from kstore.cli import main
+
+sys.exit(main())
