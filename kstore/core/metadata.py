@@ -229,15 +229,20 @@ class DatasetMetadata:
         explicit = "partitions" in raw
         partitions: dict[str, Files] = {}
         tables_seen: list[str] = []
+        prefix = uuid + "/"
         for label, entry in (raw.get("partitions") or {}).items():
             files = entry["files"] if isinstance(entry, Mapping) and "files" in entry else entry
             if not isinstance(files, Mapping) or not files:
                 raise CorruptMetadataError(f"dataset {uuid!r}: partition {label!r} lists no files")
             for key in files.values():
-                naming.validate_dataset_key(uuid, key)
+                if not (isinstance(key, str) and key.startswith(prefix)):
+                    naming.validate_dataset_key(uuid, key)  # raises with a precise message
+                parts = key.split("/")
+                if "" in parts or "." in parts or ".." in parts or "\\" in key or "\x00" in key:
+                    naming.validate_key(key)
             if not tables_seen:
                 tables_seen = list(files)
-            partitions[str(label)] = _freeze({str(t): str(k) for t, k in files.items()})
+            partitions[str(label)] = MappingProxyType(dict(files))
         indices: dict[str, str] = {}
         inline: dict[str, InlineIndex] = {}
         for col, ref in (raw.get("indices") or {}).items():

@@ -99,7 +99,8 @@ def validate_key(key: object) -> str:
     """
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"invalid key {key!r}: must be a non-empty string")
-    if "\\" in key or "\x00" in key or any(p in ("", ".", "..") for p in key.split("/")):
+    parts = key.split("/")
+    if "\\" in key or "\x00" in key or "" in parts or "." in parts or ".." in parts:
         raise InvalidKeyError(
             f"invalid key {key!r}: empty, '.' or '..' component, or a backslash/NUL"
         )
