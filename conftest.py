@@ -9,7 +9,7 @@ def pytest_ignore_collect(collection_path: Path, config):  # noqa: ARG001
         collection_path.suffix == ".py"
         and "tests" in parts
         and not collection_path.name.startswith("test_")
-        and collection_path.name != "conftest.py"
+        and collection_path.name not in ("conftest.py", "__init__.py")
     ):
         return True
     return None
