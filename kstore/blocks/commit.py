@@ -233,11 +233,15 @@ def _publish(store: Store, new: DatasetMetadata, fmt: MetadataFormat, old_fmt: M
     store.put(naming.metadata_key(new.uuid, fmt), serialize.dumps(new.to_dict(), fmt))
     if old_fmt is not None and old_fmt != fmt:
         store.delete(naming.metadata_key(new.uuid, old_fmt))
-    # a faster writer may have published a newer version before us: publish the newest again
+    # A faster writer may have published a newer version before us: publish the newest
+    # again, and repeat until no newer version is claimed after our last write. A version
+    # claimed after that check is published by its own writer after our write, so the
+    # main file always ends at the newest committed version (a single re-publish could
+    # overwrite a version committed while we loaded the one we saw as newest).
     latest = new.version
     while store.exists(naming.log_key(new.uuid, latest + 1)):
-        latest += 1
-    if latest != new.version:
+        while store.exists(naming.log_key(new.uuid, latest + 1)):
+            latest += 1
         newest = load.load_version(store, new.uuid, latest)
         store.put(naming.metadata_key(new.uuid, fmt), serialize.dumps(newest.to_dict(), fmt))
 

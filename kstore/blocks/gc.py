@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from kstore.blocks import load
 from kstore.blocks.history import history, log_versions
 from kstore.core import naming
-from kstore.errors import DatasetNotFoundError
+from kstore.errors import CorruptMetadataError, DatasetNotFoundError
 from kstore.io.store import Store
 
 __all__ = ["GCResult", "collect_garbage", "delete_all"]
@@ -60,6 +60,12 @@ def collect_garbage(
         else:
             expired.append(e.version)
     referenced = set(current.referenced_keys())
+    # the main file (what kartothek and current reads use) may lag behind the log when a
+    # writer died between claiming its version and publishing it: never delete its files
+    try:
+        referenced |= load.load_metadata(store, dataset_uuid)[0].referenced_keys()
+    except DatasetNotFoundError:  # version 0 claimed, main file never written
+        pass
     for v in retained:
         referenced |= load.load_version(store, dataset_uuid, v).referenced_keys()
     log_keys = {naming.log_key(dataset_uuid, v) for v in log_versions(store, dataset_uuid)}
@@ -67,16 +73,32 @@ def collect_garbage(
     for key in store.iter_prefix(naming.dataset_prefix(dataset_uuid)):
         if key in referenced or key in log_keys or key.endswith(_PROTECTED_SUFFIXES):
             continue
-        born = naming.file_id_time(key)
-        if born is not None and datetime.fromtimestamp(born, timezone.utc) >= cutoff:
+        born = _born(key)
+        if born is not None and born >= cutoff:
             continue  # may belong to a write in progress
         garbage.append(key)
     if not dry_run:
-        for key in garbage:
-            store.delete(key)
+        # expire log entries first: a GC that dies half-way must not leave a listed version
+        # whose files are gone (files left behind are garbage for the next run)
         for v in expired:
             store.delete(naming.log_key(dataset_uuid, v))
+        for key in garbage:
+            store.delete(key)
     return GCResult(tuple(sorted(garbage)), tuple(expired), tuple(retained), dry_run)
+
+
+def _born(key: str) -> datetime | None:
+    """When a file was written: from its kstore file id, or from an index file's timestamp."""
+    born = naming.file_id_time(key)
+    if born is not None:
+        return datetime.fromtimestamp(born, timezone.utc)
+    if key.endswith(naming.INDEX_SUFFIX):  # <uuid>/indices/<col>/<quoted iso timestamp>.by-dataset-index.parquet
+        try:
+            ts = datetime.fromisoformat(naming.unquote(key.rsplit("/", 1)[-1][: -len(naming.INDEX_SUFFIX)]))
+        except (ValueError, CorruptMetadataError):
+            return None
+        return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return None
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:

@@ -19,10 +19,12 @@ from kstore.core import naming, serialize
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.types import storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
     KeyNotFoundError,
+    UnsupportedTypeError,
     VersionNotFoundError,
 )
 from kstore.io.store import Store
@@ -127,9 +129,14 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
     except KeyNotFoundError as exc:
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: schema file {key!r} is missing") from exc
     try:
-        return pq.read_schema(pa.BufferReader(data))
+        schema = pq.read_schema(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema") from exc
+    # plateau under pandas 3 writes large_string (etc.) here; kstore's types are the plain ones
+    try:
+        return storage_schema(schema)
+    except UnsupportedTypeError:
+        return schema
 
 
 def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Schema) -> ColumnIndex:

@@ -92,7 +92,9 @@ def _check_prefix(prefix: str, what: str) -> None:
         or any(p in (".", "..") for p in parts)
         or any(p == "" for p in parts[:-1])
     ):
-        raise InvalidKeyError(f"invalid {what} {prefix!r}: empty, '.' or '..' component, or a backslash/NUL")
+        raise InvalidKeyError(
+            f"invalid {what} {prefix!r}: empty, '.' or '..' component, or a backslash/NUL"
+        )
 
 
 class S3Store:
@@ -186,7 +188,9 @@ class S3Store:
         """
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
-            raise StoreError(f"invalid S3 URL {url!r}: expected s3://bucket[/prefix][?endpoint_url=...]")
+            raise StoreError(
+                f"invalid S3 URL {url!r}: expected s3://bucket[/prefix][?endpoint_url=...]"
+            )
         if parts.fragment:
             raise StoreError(f"invalid S3 URL {url!r}: no '#' allowed")
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
@@ -372,7 +376,11 @@ class S3Store:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
                 for obj in page.get("Contents", ()):
                     name: str = obj["Key"]
-                    if name.startswith(self._key_prefix) and len(name) > cut and not name.endswith("/"):
+                    if (
+                        name.startswith(self._key_prefix)
+                        and len(name) > cut
+                        and not name.endswith("/")
+                    ):
                         yield name[cut:]
         except (ClientError, BotoCoreError) as exc:
             raise StoreError(
@@ -473,7 +481,11 @@ class S3RangeReader(io.RawIOBase):
         from botocore.exceptions import BotoCoreError, ClientError
 
         end = min(start + length, self.size) - 1
-        kwargs: dict[str, Any] = {"Bucket": self._store.bucket, "Key": self._key, "Range": f"bytes={start}-{end}"}
+        kwargs: dict[str, Any] = {
+            "Bucket": self._store.bucket,
+            "Key": self._key,
+            "Range": f"bytes={start}-{end}",
+        }
         if self._etag:
             kwargs["IfMatch"] = self._etag
         try:
@@ -485,9 +497,13 @@ class S3RangeReader(io.RawIOBase):
                 raise StoreError(f"{where} changed while it was being read; open it again") from exc
             if _is_not_found(exc):
                 raise StoreError(f"{where} was deleted while it was being read") from exc
-            raise StoreError(f"S3 range read (bytes {start}-{end}) of {where} failed: {exc}") from exc
+            raise StoreError(
+                f"S3 range read (bytes {start}-{end}) of {where} failed: {exc}"
+            ) from exc
         except BotoCoreError as exc:
-            raise self._store._store_error(f"range read (bytes {start}-{end})", self._key, exc) from exc
+            raise self._store._store_error(
+                f"range read (bytes {start}-{end})", self._key, exc
+            ) from exc
 
 
 def _rebuild(url: str, kwargs: dict[str, Any]) -> S3Store:

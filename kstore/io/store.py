@@ -132,12 +132,14 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
         return _UrlFactory(store)
     opened = open_store(store)
     url = getattr(opened, "url", None)
-    if url and not url.startswith("memory://"):
-        return _UrlFactory(url)
-    target = store if callable(store) and not isinstance(store, Store) else opened
+    if url and url.startswith("memory://"):
+        return _UrlFactory(url)  # the same in-process store in every thread
+    target = store if callable(store) and not isinstance(store, Store) and not _is_kv_store(store) else opened
     try:
         pickle.dumps(target)
     except Exception as exc:
+        if url:
+            return _UrlFactory(url)
         raise StoreError(
             f"store {type(target).__name__} cannot be pickled for workers; pass a URL or a "
             "picklable factory"
