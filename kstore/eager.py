@@ -90,13 +90,40 @@ def write_files(
                                  index_columns=index_columns, table_name=table_name)
             )
     except BaseException:
-        for f in files:
-            try:
-                store.delete(f.key)
-            except Exception:
-                pass
+        _delete_files(store, files)
         raise
     return files, schema
+
+
+def _txn_done(base: DatasetMetadata | None, txn: tuple[str, int] | None) -> bool:
+    """True when ``txn`` (app_id, version) is already committed in ``base``."""
+    if txn is None or base is None:
+        return False
+    app, ver = txn
+    return base.txns.get(app, -1) >= ver
+
+
+def _commit_or_clean(st: Store, dataset_uuid: str, op: Operation, files: list[WrittenFile], **kw: Any) -> DatasetMetadata:
+    """Commit; on failure, or when the commit did not take our files (a transaction that a
+    concurrent retry committed first), delete the files this call wrote."""
+    try:
+        meta = commit(st, dataset_uuid, op, files=files, **kw)
+    except BaseException:
+        _delete_files(st, files)
+        raise
+    referenced = {k for fs in meta.partitions.values() for k in fs.values()}
+    unused = [f for f in files if f.key not in referenced]
+    if unused and len(unused) == len(files):
+        _delete_files(st, unused)
+    return meta
+
+
+def _delete_files(st: Store, files: Sequence[WrittenFile]) -> None:
+    for f in files:
+        try:
+            st.delete(f.key)
+        except Exception:  # best effort: GC removes what is left
+            pass
 
 
 def store_dataset(
@@ -137,7 +164,10 @@ def store_dataset(
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     pon = _as_list(partition_on, "partition_on")
     sec = tuple(c for c in _as_list(secondary_indices, "secondary_indices") if c not in pon)
-    if not overwrite and load.load_latest(st, dataset_uuid)[0] is not None:
+    existing = load.load_latest(st, dataset_uuid)[0]
+    if _txn_done(existing, txn):
+        return existing  # a retried job: already committed
+    if not overwrite and existing is not None:
         from kstore.errors import DatasetExistsError
 
         raise DatasetExistsError(
@@ -146,15 +176,7 @@ def store_dataset(
     files, schema = write_files(st, dataset_uuid, data, partition_on=pon, index_columns=sec, table_name=table_name)
     op = Operation(kind="overwrite" if overwrite else "create", partition_on=pon, index_columns=sec,
                    metadata=metadata, table=table_name, txn=txn)
-    try:
-        return commit(st, dataset_uuid, op, files=files, schema=schema, metadata_format=metadata_format)
-    except BaseException:
-        for f in files:
-            try:
-                st.delete(f.key)
-            except Exception:
-                pass
-        raise
+    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, metadata_format=metadata_format)
 
 
 def update_dataset(
@@ -186,6 +208,8 @@ def update_dataset(
         from kstore.errors import DatasetNotFoundError
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    if _txn_done(base, txn):
+        return base  # re-submitted transaction: nothing to do
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
     if schema_mode not in ("strict", "merge"):
@@ -216,15 +240,7 @@ def update_dataset(
                    remove=remove, read_version=base.version, partition_on=tuple(pon), index_columns=sec,
                    metadata=metadata, schema_mode=schema_mode, table=base.table, txn=txn,
                    scope_labels=frozenset(remove) if scope_fn else None)
-    try:
-        return commit(st, dataset_uuid, op, files=files, schema=schema, scope=scope_fn)
-    except BaseException:
-        for f in files:
-            try:
-                st.delete(f.key)
-            except Exception:
-                pass
-        raise
+    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, scope=scope_fn)
 
 
 def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:

@@ -201,7 +201,9 @@ def _write_file(
     )
     key = naming.data_key(dataset_uuid, table_name, label)
     sink = io.BytesIO()
-    pq.write_table(data.replace_schema_metadata(None).combine_chunks(), sink, **PARQUET_OPTIONS)
+    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
+    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
+    pq.write_table(data.replace_schema_metadata(file_schema.metadata).combine_chunks(), sink, **PARQUET_OPTIONS)
     payload = sink.getvalue()
     store.put(key, payload)
     idx_values = {}

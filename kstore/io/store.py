@@ -185,6 +185,9 @@ class CountingStore:
         self.keys: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
     def _count(self, method: str, key: str) -> None:
         with self._lock:
             self.calls[method] += 1

@@ -130,3 +130,9 @@ def budget_store(request, new_store) -> tuple[str, int]:
     url = new_store(kind)
     kstore.store_dataset(url, "budget", budget_frame(n), partition_on=["k"], secondary_indices=["x", "y"])
     return url, n
+
+
+@pytest.fixture(scope="session")
+def pred_df() -> pd.DataFrame:
+    """The source frame of the predicate dataset (do not modify)."""
+    return pred_frame()
