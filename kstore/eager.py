@@ -236,6 +236,8 @@ def update_dataset(
         def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
             return resolve_scope(meta, base_schema, _scopes)
         remove = tuple(sorted(scope_fn(base)))
+    if not files and not remove and not metadata and txn is None:
+        return base  # nothing to change (e.g. a delete scope matching nothing): no empty version
     op = Operation(kind="overwrite_partitions" if mode == "overwrite_partitions" else ("delete_scope" if remove and not files else "append"),
                    remove=remove, read_version=base.version, partition_on=tuple(pon), index_columns=sec,
                    metadata=metadata, schema_mode=schema_mode, table=base.table, txn=txn,

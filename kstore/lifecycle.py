@@ -180,7 +180,11 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
         raise InvalidArgumentError("copy_dataset needs another store or another uuid")
     if load.load_latest(dst, new_uuid)[0] is not None:
         raise DatasetExistsError(f"dataset {new_uuid!r} already exists in the target store")
-    meta, fmt = load.load_metadata(src, dataset_uuid)
+    meta, fmt = load.load_latest(src, dataset_uuid)
+    if meta is None:
+        from kstore.errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     schema = load.load_schema(src, meta)
     from kstore.blocks.write import WrittenFile
     from kstore.core.stats import FileStats, stats_by_label

@@ -173,6 +173,8 @@ def commit(
         base, base_fmt = load.load_latest(store, dataset_uuid)
         if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
             return base
+        if op.kind == "upgrade" and base is not None and base.version is not None:
+            return base  # a concurrent upgrade won
         check(base, op, dataset_uuid=dataset_uuid, scope_now=scope(base) if (scope and base is not None) else None)
         fmt: MetadataFormat = metadata_format or base_fmt or "json"
         base_schema = load.load_schema(store, base) if (base is not None and not op.creates) else None
@@ -182,6 +184,8 @@ def commit(
         now = _now()
         new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema, now=now.replace(tzinfo=None).isoformat())
         written: list[str] = []
+        if store.exists(naming.log_key(dataset_uuid, new.version)):
+            continue  # lost already: reload before writing index and statistics files
         try:
             index_keys, written = _build_indices(store, base, new, op, files, new_schema, prebuilt)
             stats = _build_stats(store, base, op, files, new_schema)
@@ -208,8 +212,8 @@ def commit(
             raise
         if not claimed:
             _cleanup(store, written)
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 1.0)
+            time.sleep(delay * random.random())  # full jitter
+            delay = min(delay * 2, 0.25)
             continue
         if on_claimed is not None:
             on_claimed()

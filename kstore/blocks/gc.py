@@ -84,6 +84,10 @@ def collect_garbage(
             store.delete(naming.log_key(dataset_uuid, v))
         for key in garbage:
             store.delete(key)
+        # temporary files of puts that a crash interrupted (local directory stores)
+        remove_temporary = getattr(store, "remove_temporary", None)
+        if remove_temporary is not None:
+            remove_temporary(dataset_uuid, cutoff.timestamp())
     return GCResult(tuple(sorted(garbage)), tuple(expired), tuple(retained), dry_run)
 
 

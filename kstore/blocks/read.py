@@ -36,6 +36,8 @@ def _constant(value: Any, t: pa.DataType, n: int) -> pa.Array:
 
 def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: str, key: str) -> pa.Table:
     """Cast/reorder to ``names`` of the read schema; columns the file lacks become null."""
+    if not names:
+        return table.select([])  # keeps the row count
     arrays = []
     for name in names:
         t = schema.field(name).type
@@ -131,12 +133,14 @@ def to_pandas(
     *,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
+    types_mapper: Any = None,
 ):
     """Arrow -> pandas the way kartothek users expect.
 
     Dates become ``datetime64[ns]`` unless ``dates_as_object``; ``categoricals`` columns
     become pandas categoricals; nullable integer dtypes recorded in the dataset's pandas
-    metadata (``Int64``) are restored.
+    metadata (``Int64``) are restored. ``types_mapper`` is passed to ``Table.to_pandas``
+    (the Dask driver maps strings to ``string[pyarrow]`` as Dask does).
     """
     categoricals = list(categoricals or [])
     missing = [c for c in categoricals if c not in table.column_names]
@@ -162,7 +166,7 @@ def to_pandas(
                     columns=[_pandas_col(cols.get(f.name), f, col.null_count) for f, col in zip(fields, arrays)])
         out_schema = out_schema.with_metadata({b"pandas": json.dumps(meta).encode()})
     table = pa.Table.from_arrays(arrays, schema=out_schema)
-    return table.to_pandas(date_as_object=dates_as_object)
+    return table.to_pandas(date_as_object=dates_as_object, types_mapper=types_mapper)
 
 
 def _pandas_col(entry: dict | None, f: pa.Field, null_count: int = 0) -> dict:

@@ -33,6 +33,11 @@ import pyarrow.types as pat
 from kstore.core.types import normalize_type
 from kstore.errors import CorruptMetadataError
 
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    bits = t.bit_width
+    return (0, 2**bits - 1) if pat.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
 __all__ = ["ColumnIndex", "index_storage_type"]
 
 
@@ -58,7 +63,8 @@ class ColumnIndex:
     """Inverted index of one column.
 
     ``values[i]`` occurs in the partitions ``labels[label_ids[offsets[i]:offsets[i+1]]]``.
-    ``values`` is sorted, unique and free of nulls and NaN.
+    ``values`` is sorted, unique and free of nulls; a float index keeps NaN as its last
+    value (NaN rows match ``!=`` and ``not in``), which no comparison selects.
     """
 
     column: str
@@ -79,11 +85,15 @@ class ColumnIndex:
         vtype = index_storage_type(values.type)
         if pat.is_dictionary(values.type):
             values = values.dictionary_decode()
+        if pat.is_timestamp(values.type) and values.type.unit == "ns":
+            # floor (not truncate toward zero) so pre-1970 values stay below their true value
+            values = pc.floor_temporal(values, unit="microsecond")
+            values = values.cast(pa.timestamp("us", values.type.tz), safe=False)
         values = values.cast(vtype) if not values.type.equals(vtype) else values
+        if pat.is_floating(vtype):
+            values = pc.add(values, pa.scalar(0.0, vtype))  # -0.0 -> 0.0 (IEEE equal)
         labels = labels.cast(pa.string())
         keep = pc.is_valid(values)
-        if pat.is_floating(vtype):
-            keep = pc.and_(keep, pc.invert(pc.is_nan(values)))
         table = pa.table({"v": values, "l": labels}).filter(keep)
         if table.num_rows == 0:
             return cls.empty(column, vtype)
@@ -95,11 +105,15 @@ class ColumnIndex:
         v = pairs.column("v").combine_chunks()
         i = pairs.column("i").combine_chunks().to_numpy()
         n = len(v)
-        if n > 1:
-            change = pc.not_equal(v.slice(1), v.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        # NaN sorts last; NaN != NaN, so the NaN pairs form one group by position
+        n_real = n - (pc.sum(pc.is_nan(v)).as_py() or 0) if pat.is_floating(vtype) else n
+        if n_real > 1:
+            change = pc.not_equal(v.slice(1, n_real - 1), v.slice(0, n_real - 1)).to_numpy(zero_copy_only=False)
             starts = np.concatenate(([0], np.flatnonzero(change) + 1))
         else:
-            starts = np.array([0])
+            starts = np.array([0] if n_real else [], dtype=np.int64)
+        if n_real < n:
+            starts = np.concatenate((starts, [n_real]))
         offsets = np.concatenate((starts, [n])).astype(np.int64)
         uniq = v.take(pa.array(starts))
         return cls(column, uniq, offsets, i.astype(np.int32), label_dict)
@@ -181,8 +195,13 @@ class ColumnIndex:
     def __len__(self) -> int:
         return len(self.values)
 
-    def _py(self, i: int) -> Any:
-        return self.values[i].as_py()
+    @property
+    def _n_real(self) -> int:
+        """Number of values before the trailing NaN value (if any)."""
+        n = len(self.values)
+        if n and pat.is_floating(self.values.type) and math.isnan(self.values[n - 1].as_py()):
+            return n - 1
+        return n
 
     def _key(self, value: Any) -> Any:
         """A literal in the index's value domain, comparable with ``_py`` results."""
@@ -200,7 +219,7 @@ class ColumnIndex:
         return value
 
     def _bisect(self, value: Any, right: bool) -> int:
-        lo, hi = 0, len(self.values)
+        lo, hi = 0, self._n_real
         key = self._key(value)
         arr = self.values
         while lo < hi:
@@ -218,10 +237,20 @@ class ColumnIndex:
         if op == "never" or n == 0:
             return np.empty(0, dtype=np.int32)
         approx = pat.is_timestamp(self.values.type)  # values truncated to us on disk
+        if isinstance(value, float) and math.isnan(value) and op in ("==", "<", "<=", ">", ">="):
+            return np.empty(0, dtype=np.int32)  # NaN compares false with everything
+        if isinstance(value, float):
+            value = value + 0.0
         if op == "is null":
             raise ValueError("an index cannot answer 'is null' (nulls are not indexed)")
-        if op == "is not null" or (op in ("!=", "not in") and (approx or pat.is_floating(self.values.type))):
+        if op == "is not null" or (op in ("!=", "not in") and approx):
             return np.unique(self.label_ids)
+        if pat.is_integer(self.values.type) and op not in ("in", "not in") and isinstance(value, float):
+            from kstore.core.predicates import _int_term  # a raw float literal: rewrite as bound
+
+            t = _int_term(self.column, op, value, self.values.type)
+            return self.lookup(t.op, t.value)
+        real = self._n_real
         if op in ("==", "!="):
             if isinstance(value, float) and math.isnan(value):
                 lo = hi = 0
@@ -229,6 +258,8 @@ class ColumnIndex:
                 lo, hi = self._bisect(value, False), self._bisect(value, True)
             if op == "==":
                 return np.unique(self.label_ids[self.offsets[lo] : self.offsets[hi]])
+            if isinstance(value, float) and math.isnan(value):
+                lo = hi = real  # everything (incl. NaN) differs from NaN
             ids = _gather_ranges(self.offsets, np.array([0, hi]), np.array([lo, n]))
             return np.unique(self.label_ids[ids])
         if op in ("<", "<=", ">", ">="):
@@ -239,18 +270,22 @@ class ColumnIndex:
             elif op == "<=":
                 s, e = 0, self._bisect(value, True)
             elif op == ">":
-                s, e = self._bisect(value, True), n
+                s, e = self._bisect(value, True), real
             else:
-                s, e = self._bisect(value, False), n
+                s, e = self._bisect(value, False), real
             return np.unique(self.label_ids[self.offsets[s] : self.offsets[e]])
         if op in ("in", "not in"):
-            vals = [v for v in value if not (isinstance(v, float) and math.isnan(v))]
+            vals = [v + 0.0 if isinstance(v, float) else v for v in value
+                    if not (isinstance(v, float) and math.isnan(v))]
+            if pat.is_integer(self.values.type):  # fractional / out-of-range values match nothing
+                lo_, hi_ = _int_range(self.values.type)
+                vals = [int(v) for v in vals if float(v).is_integer() and lo_ <= v <= hi_]
             if approx:
                 vals = [self._key(v) for v in vals]
-            lit = pa.array(vals, type=self.values.type if not any(isinstance(v, float) for v in vals)
-                           or pat.is_floating(self.values.type) else pa.float64())
+            lit = pa.array(vals, type=self.values.type)
             pos = pc.index_in(lit, value_set=self.values.cast(lit.type) if not lit.type.equals(self.values.type) else self.values)
             pos = np.unique(pos.drop_null().to_numpy(zero_copy_only=False)).astype(np.int64)
+            pos = pos[pos < real]  # never the NaN group
             if op == "in":
                 ids = _gather_ranges(self.offsets, pos, pos + 1)
             else:

@@ -223,7 +223,10 @@ class DatasetMetadata:
                 f"dataset {expected_uuid!r}: metadata names dataset_uuid {uuid!r}"
             )
         naming.validate_name(uuid)
-        partition_keys = tuple(raw.get("partition_keys") or ())
+        raw_keys = raw.get("partition_keys") or ()
+        if not isinstance(raw_keys, (list, tuple)):
+            raise CorruptMetadataError(f"dataset {uuid!r}: partition_keys must be a list, got {raw_keys!r}")
+        partition_keys = tuple(raw_keys)
         if not all(isinstance(c, str) for c in partition_keys):
             raise CorruptMetadataError(f"dataset {uuid!r}: partition_keys must be strings")
         explicit = "partitions" in raw
@@ -249,6 +252,8 @@ class DatasetMetadata:
             if isinstance(ref, str):
                 indices[col] = naming.validate_dataset_key(uuid, ref)
             elif isinstance(ref, Mapping):
+                if not all(isinstance(ls, (list, tuple)) for ls in ref.values()):
+                    raise CorruptMetadataError(f"dataset {uuid!r}: inline index {col!r} must map values to label lists")
                 inline[col] = _freeze({v: tuple(ls) for v, ls in ref.items()})
             else:
                 raise CorruptMetadataError(f"dataset {uuid!r}: index {col!r} is neither key nor inline")

@@ -136,6 +136,11 @@ def _term_mask(term: Term, values: pa.Array) -> np.ndarray:
     return out
 
 
+def _index_answers(idx: ColumnIndex, op: str) -> bool:
+    """Whether an index can prune for ``op``: nulls are not indexed, so 'is null' cannot."""
+    return op != "is null"
+
+
 def plan_read(
     meta: DatasetMetadata,
     schema: pa.Schema,
@@ -155,6 +160,11 @@ def plan_read(
             raise ColumnNotFoundError(
                 f"dataset {meta.uuid!r}: columns {missing} do not exist (columns: {', '.join(schema.names)})"
             )
+    missing_keys = [c for c in meta.partition_keys if schema.get_field_index(c) < 0]
+    if missing_keys:
+        raise CorruptMetadataError(
+            f"dataset {meta.uuid!r}: partition column(s) {missing_keys} are missing from the schema"
+        )
     dnf = bind(parse(predicates), schema, dataset=meta.uuid)
     labels = list(meta.partitions)
     n = len(labels)
@@ -184,7 +194,9 @@ def plan_read(
                 continue
             residual.append(term)
             idx = indices.get(term.column)
-            if idx is not None and term.op != "is null":
+            if idx is not None and not _index_answers(idx, term.op):
+                idx = None
+            if idx is not None:
                 if term.column not in idx_maps:
                     m = pc.index_in(idx.labels, value_set=labels_arr).fill_null(-1)
                     idx_maps[term.column] = m.to_numpy(zero_copy_only=False)

@@ -117,15 +117,22 @@ def _bind_term(term: Term, schema: pa.Schema, dataset: str | None) -> Term:
     t = schema.field(idx).type
     if term.op in ("is null", "is not null"):
         return term
-    if pat.is_list(t) or pat.is_struct(t) or pat.is_null(t):
+    if pat.is_null(t):
+        return Term(term.column, _NEVER)  # an all-null column: no comparison matches
+    if pat.is_list(t) or pat.is_struct(t):
         raise InvalidPredicateError(
             f"{'dataset ' + repr(dataset) + ': ' if dataset else ''}column {term.column!r} is "
             f"{t}; only 'is null' / 'is not null' apply to it"
         )
     if term.op in ("in", "not in"):
         values = tuple(coerce_literal(v, t, term.column, dataset) for v in term.value)
-        if pat.is_unsigned_integer(t):  # negative values cannot occur in a uint column
-            values = tuple(v for v in values if not (isinstance(v, (int, float)) and v < 0))
+        if pat.is_integer(t):  # values an integer column cannot hold match nothing
+            lo, hi = _int_range(t)
+            values = tuple(v for v in values if isinstance(v, int) and lo <= v <= hi)
+        elif pat.is_decimal(t):
+            values = tuple(_decimal(v, t, term.column, dataset) for v in values)
+        elif pat.is_floating(t):
+            values = tuple(v + 0.0 for v in values)  # -0.0 == 0.0
         values = tuple(dict.fromkeys(values))  # dedupe, keep order
         if term.op == "in" and not values:
             return Term(term.column, _NEVER)
@@ -133,11 +140,69 @@ def _bind_term(term: Term, schema: pa.Schema, dataset: str | None) -> Term:
             return Term(term.column, "is not null")
         return Term(term.column, term.op, values)
     value = coerce_literal(term.value, t, term.column, dataset)
-    if pat.is_unsigned_integer(t) and isinstance(value, (int, float)) and value < 0:
-        if term.op in ("==", "<", "<="):
-            return Term(term.column, _NEVER)
-        return Term(term.column, "is not null")
+    if pat.is_integer(t):
+        return _int_term(term.column, term.op, value, t)
+    if pat.is_decimal(t):
+        return Term(term.column, term.op, _decimal(value, t, term.column, dataset))
+    if pat.is_floating(t):
+        value = value + 0.0
     return Term(term.column, term.op, value)
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    bits = t.bit_width
+    if pat.is_unsigned_integer(t):
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def _int_term(column: str, op: str, value: int | float, t: pa.DataType) -> Term:
+    """Rewrite a comparison of an integer column so its literal is an in-range int.
+
+    A fractional or out-of-range literal becomes the equivalent integer bound, or a term
+    that matches every non-null value / nothing, so no float or overflow reaches Arrow.
+    """
+    lo, hi = _int_range(t)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return Term(column, _NEVER if op != "!=" else "is not null")
+        if op == "==":
+            return Term(column, _NEVER)  # an int never equals a fractional value
+        if op == "!=":
+            return Term(column, "is not null")
+        if op in ("<", "<="):
+            if value == math.inf:
+                return Term(column, "is not null")
+            if value == -math.inf:
+                return Term(column, _NEVER)
+            op, value = "<=", math.floor(value)
+        else:
+            if value == math.inf:
+                return Term(column, _NEVER)
+            if value == -math.inf:
+                return Term(column, "is not null")
+            op, value = ">=", math.ceil(value)
+    if value < lo:
+        always = op in ("!=", ">", ">=")
+        return Term(column, "is not null" if always else _NEVER)
+    if value > hi:
+        always = op in ("!=", "<", "<=")
+        return Term(column, "is not null" if always else _NEVER)
+    return Term(column, op, int(value))
+
+
+def _decimal(value: Any, t: pa.DataType, column: str, dataset: str | None) -> Any:
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        dec = value if isinstance(value, Decimal) else Decimal(repr(value) if isinstance(value, float) else value)
+        pa.scalar(dec, t)
+        return dec
+    except (InvalidOperation, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        prefix = f"dataset {dataset!r}: " if dataset else ""
+        raise InvalidPredicateError(
+            f"{prefix}column {column!r} is {t}; cannot compare with {value!r} exactly"
+        ) from exc
 
 
 def bind(dnf: DNF | None, schema: pa.Schema, *, dataset: str | None = None) -> DNF | None:
@@ -157,8 +222,6 @@ def columns_of(dnf: DNF | None) -> list[str]:
 
 
 def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
-    if isinstance(value, float) and pat.is_integer(t):
-        return pa.scalar(value, pa.float64())
     if pat.is_timestamp(t):
         return pa.scalar(value, pa.timestamp("ns", t.tz))
     return pa.scalar(value, t)
@@ -176,8 +239,9 @@ def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
         return f.is_valid()
     if op in ("in", "not in"):
         vs = [v for v in term.value if not (isinstance(v, float) and math.isnan(v))]
-        arr = pa.array(vs, type=pa.float64() if any(isinstance(v, float) for v in vs) and pat.is_integer(t)
-                       else (pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t))
+        if pat.is_floating(t) and 0.0 in vs:
+            vs.append(-0.0)  # is_in hashes -0.0 apart from 0.0; IEEE says they are equal
+        arr = pa.array(vs, type=pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t)
         expr = f.isin(arr)
         return expr if op == "in" else (~expr & f.is_valid())
     s = _scalar(term.value, t)

@@ -31,13 +31,21 @@ def dumps(raw: dict[str, Any], fmt: MetadataFormat = "json") -> bytes:
     if fmt == "json":
         return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
     if fmt == "msgpack.zstd":
-        packed = msgpack.packb(raw, use_bin_type=True, default=str)
+        packed = msgpack.packb(raw, use_bin_type=True, default=_msgpack_default)
         return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(packed)
     raise InvalidArgumentError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
 
 
+def _msgpack_default(obj: Any) -> Any:
+    if isinstance(obj, int):
+        raise InvalidArgumentError(f"metadata value {obj} does not fit msgpack's 64-bit integers")
+    return str(obj)
+
+
 def loads(data: bytes, fmt: MetadataFormat = "json", *, what: str = "dataset") -> dict[str, Any]:
     """Decode metadata bytes; anything undecodable is a :class:`CorruptMetadataError`."""
+    if fmt not in ("json", "msgpack.zstd"):
+        raise InvalidArgumentError(f"unknown metadata format {fmt!r}")
     try:
         if fmt == "json":
             out = json.loads(data.decode("utf-8"))
@@ -49,9 +57,7 @@ def loads(data: bytes, fmt: MetadataFormat = "json", *, what: str = "dataset") -
                 # frames without content size in the header: stream them
                 unpacked = dctx.decompressobj().decompress(data)
             out = msgpack.unpackb(unpacked, raw=False, strict_map_key=False)
-        else:
-            raise InvalidArgumentError(f"unknown metadata format {fmt!r}")
-    except (ValueError, zstandard.ZstdError, msgpack.UnpackException, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException, UnicodeDecodeError) as exc:
         raise CorruptMetadataError(f"{what}: metadata is not valid {fmt} ({type(exc).__name__})") from exc
     if not isinstance(out, dict):
         raise CorruptMetadataError(f"{what}: metadata is not a mapping")

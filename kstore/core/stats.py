@@ -140,6 +140,12 @@ def prune_mask(term: Term, stats: pa.Table) -> np.ndarray:
         return np.zeros(n, dtype=bool)
     lo, hi = stats.column(f"min:{name}"), stats.column(f"max:{name}")
     op, v = term.op, term.value
+    if pat.is_integer(lo.type) and isinstance(v, float) and op not in ("in", "not in"):
+        from kstore.core.predicates import _int_term  # a raw float literal: rewrite as bound
+
+        return prune_mask(_int_term(name, op, v, lo.type), stats)
+    if pat.is_integer(lo.type) and op == "in":
+        v = tuple(int(x) for x in v if float(x).is_integer())
     if op == "==":
         keep = _cmp(lo, "less_equal", v) & _cmp(hi, "greater_equal", v)
     elif op == "<":

@@ -297,7 +297,7 @@ def decode_partition_value(text: str, t: pa.DataType, column: str = "?") -> Any:
             except ValueError:
                 return pd.Timestamp(text).date()
         if pat.is_timestamp(t):
-            ts = pd.Timestamp(text)
+            ts = _parse_timestamp(text)
             if t.tz is not None:
                 ts = ts.tz_localize(t.tz) if ts.tzinfo is None else ts.tz_convert(t.tz)
             elif ts.tzinfo is not None:
@@ -308,6 +308,26 @@ def decode_partition_value(text: str, t: pa.DataType, column: str = "?") -> Any:
             f"partition column {column!r}: cannot read value {text!r} as {t}"
         ) from exc
     raise UnsupportedTypeError(f"partition column {column!r} has unsupported type {t}")
+
+
+_OFFSET_RE = __import__("re").compile(r"^(.*?)([+-])(\d\d):(\d\d):(\d\d(?:\.\d+)?)$")
+
+
+def _parse_timestamp(text: str) -> Any:
+    """``pd.Timestamp(text)``, plus UTC offsets with seconds (``+00:53:28``, historic zones)
+    that ``str(Timestamp)`` writes but pandas cannot parse back."""
+    import pandas as pd
+
+    try:
+        return pd.Timestamp(text)
+    except ValueError:
+        m = _OFFSET_RE.match(text)
+        if not m:
+            raise
+        naive = pd.Timestamp(m.group(1))
+        sign = 1 if m.group(2) == "+" else -1
+        offset = pd.Timedelta(hours=int(m.group(3)), minutes=int(m.group(4)), seconds=float(m.group(5)))
+        return (naive - sign * offset).tz_localize("UTC")
 
 
 # -- predicate literals -------------------------------------------------------------------
@@ -386,7 +406,16 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
             if ts is pd.NaT:
                 raise _bad_literal(column, t, value, dataset)
             if t.tz is not None:
-                return ts.tz_localize(t.tz) if ts.tzinfo is None else ts.tz_convert(t.tz)
+                if ts.tzinfo is not None:
+                    return ts.tz_convert(t.tz)
+                try:
+                    return ts.tz_localize(t.tz)
+                except Exception as exc:  # nonexistent / ambiguous wall time in that zone
+                    prefix = f"dataset {dataset!r}: " if dataset else ""
+                    raise InvalidPredicateError(
+                        f"{prefix}column {column!r} is {describe(t)}; the naive time {value!r} does not "
+                        f"exist or is ambiguous in {t.tz}; pass a tz-aware timestamp"
+                    ) from exc
             if ts.tzinfo is not None:
                 return ts.tz_convert("UTC").tz_localize(None)
             return ts

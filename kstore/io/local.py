@@ -51,10 +51,12 @@ class LocalStore:
             raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
         return path
 
-    def _tmp_file(self, data: bytes) -> str:
+    def _tmp_file(self, data: bytes, key: str) -> str:
         tmp_dir = os.path.join(self.root, _TMP_DIR)
         os.makedirs(tmp_dir, exist_ok=True)
-        tmp = os.path.join(tmp_dir, uuid.uuid4().hex)
+        # '<dataset>~<random>': garbage collection of a dataset finds its own leftovers
+        owner = key.split("/", 1)[0].split(".by-dataset-metadata", 1)[0]
+        tmp = os.path.join(tmp_dir, f"{owner}~{uuid.uuid4().hex}")
         with open(tmp, "wb") as fh:
             fh.write(data)
         return tmp
@@ -93,7 +95,7 @@ class LocalStore:
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        tmp = self._tmp_file(data)
+        tmp = self._tmp_file(data, key)
         try:
             self._in_directory(path, lambda: os.replace(tmp, path))
         except BaseException:
@@ -102,7 +104,7 @@ class LocalStore:
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
-        tmp = self._tmp_file(data)
+        tmp = self._tmp_file(data, key)
         try:
             self._in_directory(path, lambda: os.link(tmp, path))
             return True
@@ -122,6 +124,26 @@ class LocalStore:
             return True
         finally:
             _unlink(tmp)
+
+    def remove_temporary(self, dataset_uuid: str, older_than: float) -> list[str]:
+        """Delete temporary files of interrupted puts to ``dataset_uuid``'s keys whose
+        modification time is before ``older_than`` (epoch seconds); returns their names."""
+        tmp_dir = os.path.join(self.root, _TMP_DIR)
+        removed = []
+        try:
+            entries = list(os.scandir(tmp_dir))
+        except FileNotFoundError:
+            return removed
+        for entry in entries:
+            if entry.name.split("~", 1)[0] != dataset_uuid:
+                continue
+            try:
+                if entry.stat().st_mtime < older_than:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+            except FileNotFoundError:
+                pass
+        return removed
 
     def delete(self, key: str) -> None:
         path = self._path(key)
