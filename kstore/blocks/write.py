@@ -170,8 +170,20 @@ def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: s
         enc = arr.combine_chunks().dictionary_encode()
         dicts.append(enc.dictionary)
         codes = codes * len(enc.dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    uniq, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
-    order = np.argsort(inverse, kind="stable")
+    # group ids are small and dense: count with bincount, order with a stable (radix) sort
+    nbins = int(codes.max()) + 1 if len(codes) else 0
+    if nbins <= 1 << 22:
+        counts_all = np.bincount(codes, minlength=nbins)
+        present = np.flatnonzero(counts_all)
+        remap = np.zeros(nbins, dtype=np.int64)
+        remap[present] = np.arange(len(present))
+        inverse = remap[codes]
+        counts = counts_all[present]
+        uniq = present
+    else:
+        uniq, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    small = np.int16 if len(uniq) < (1 << 15) else (np.int32 if len(uniq) < (1 << 31) else np.int64)
+    order = np.argsort(inverse.astype(small), kind="stable")
     data = table.drop_columns(list(partition_on))
     sorted_data = data.take(pa.array(order)) if len(uniq) > 1 else data
     first_rows = order[np.concatenate(([0], np.cumsum(counts)[:-1]))]

@@ -135,6 +135,21 @@ class ColumnIndex:
         parts = table.column("partition").combine_chunks()
         if not (pat.is_list(parts.type) or pat.is_large_list(parts.type)):
             raise CorruptMetadataError(f"index of column {column!r}: 'partition' is {parts.type}")
+        n = len(vals)
+        canonical = (
+            n > 0 and vals.null_count == 0 and parts.null_count == 0
+            and index_storage_type(vals.type).equals(vals.type) and not pat.is_floating(vals.type)
+            and (n == 1 or pc.all(pc.greater(vals.slice(1), vals.slice(0, n - 1))).as_py())
+        )
+        if canonical:
+            # already in canonical form (sorted, unique): take it as it is, no rebuild
+            offsets = np.asarray(parts.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+            offsets = offsets - offsets[0]
+            flat = pc.list_flatten(parts)
+            enc = flat.cast(pa.string()).dictionary_encode()
+            if np.all(np.diff(offsets) > 0):
+                return cls(column, vals, offsets, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                           enc.dictionary)
         lengths = pc.list_value_length(parts).fill_null(0).to_numpy(zero_copy_only=False)
         flat = pc.list_flatten(parts)
         return cls.build(column, vals.take(pa.array(np.repeat(np.arange(len(vals)), lengths))), flat)
@@ -275,17 +290,36 @@ class ColumnIndex:
                 s, e = self._bisect(value, False), real
             return np.unique(self.label_ids[self.offsets[s] : self.offsets[e]])
         if op in ("in", "not in"):
-            vals = [v + 0.0 if isinstance(v, float) else v for v in value
-                    if not (isinstance(v, float) and math.isnan(v))]
-            if pat.is_integer(self.values.type):  # fractional / out-of-range values match nothing
+            raw = np.asarray(value) if pat.is_integer(self.values.type) else None
+            if raw is not None and raw.dtype.kind in "iu" and raw.ndim == 1:
+                lo_, hi_ = _int_range(self.values.type)  # vectorized fast path: plain ints
+                vals = raw[(raw >= lo_) & (raw <= hi_)] if raw.dtype.kind == "i" else raw[raw <= hi_]
+            else:
+                vals = [v + 0.0 if isinstance(v, float) else v for v in value
+                        if not (isinstance(v, float) and math.isnan(v))]
+            if raw is not None and isinstance(vals, np.ndarray):
+                pass
+            elif pat.is_integer(self.values.type):  # fractional / out-of-range values match nothing
                 lo_, hi_ = _int_range(self.values.type)
                 vals = [int(v) for v in vals if float(v).is_integer() and lo_ <= v <= hi_]
             if approx:
                 vals = [self._key(v) for v in vals]
-            lit = pa.array(vals, type=self.values.type)
-            pos = pc.index_in(lit, value_set=self.values.cast(lit.type) if not lit.type.equals(self.values.type) else self.values)
-            pos = np.unique(pos.drop_null().to_numpy(zero_copy_only=False)).astype(np.int64)
-            pos = pos[pos < real]  # never the NaN group
+            vt = self.values.type
+            if pat.is_integer(vt) or pat.is_floating(vt):
+                # sorted values: binary search every literal at once
+                sorted_np = self.values.to_numpy(zero_copy_only=False)[:real]
+                lits = np.sort(np.asarray(vals, dtype=sorted_np.dtype))  # sorted: cache-friendly search
+                cand = np.searchsorted(sorted_np, lits)
+                inside = cand < real
+                cand, lits = cand[inside], lits[inside]
+                hit = cand[sorted_np[cand] == lits]
+                pos = hit[np.concatenate(([True], hit[1:] != hit[:-1]))] if len(hit) else hit.astype(np.int64)
+                pos = pos.astype(np.int64)
+            else:
+                lit = pa.array(vals, type=vt)
+                pos = pc.index_in(lit, value_set=self.values)
+                pos = np.unique(pos.drop_null().to_numpy(zero_copy_only=False)).astype(np.int64)
+                pos = pos[pos < real]  # never the NaN group
             if op == "in":
                 ids = _gather_ranges(self.offsets, pos, pos + 1)
             else:
