@@ -1,0 +1,627 @@
+"""The Dask driver: compose the blocks over a ``dask.dataframe``, nothing else.
+
+Writes are ``map_partitions(write one partition's files)`` followed by ONE commit on the
+client through :func:`kstore.blocks.commit.commit`; only small file records travel back
+from the workers. Reads are planned once on the client (with the dataset's indices) and
+become ``dd.from_map`` over the planned files, with ``meta`` built from the schema and
+column projection pushed into the Parquet read by Dask's optimizer.
+
+Stores reach the workers as URLs or picklable factories
+(:func:`kstore.io.store.store_factory`); an in-process ``memory://`` store is refused when
+the workers are other processes.
+
+Examples
+--------
+>>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
+>>> df = pd.DataFrame({"day": ["a", "a", "b", "b"], "x": [1, 2, 3, 4]})
+>>> with dask.config.set(scheduler="threads"):
+...     meta = kstore.dask.store_dataset(dd.from_pandas(df, npartitions=2), "memory://dask-doc",
+...                                      "sales", partition_on=["day"], secondary_indices=["x"])
+...     ddf = kstore.dask.read_dataset("memory://dask-doc", "sales", predicates=[[("x", ">=", 2)]])
+...     ddf.compute().sort_values("x").reset_index(drop=True)
+  day  x
+0   a  2
+1   b  3
+2   b  4
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid as _uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from dask.dataframe.utils import pyarrow_strings_enabled
+
+from kstore.blocks import load
+from kstore.blocks.read import empty_table, read_task, to_pandas
+from kstore.blocks.scope import resolve_scope, scope_from_files
+from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
+from kstore.core import naming
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
+from kstore.core.operations import Operation
+from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.types import merge_schemas
+from kstore.eager import _as_list, _commit_or_clean, _delete_files, _txn_done, load_metadata, plan_read
+from kstore.errors import (
+    ColumnNotFoundError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidArgumentError,
+    StoreError,
+)
+from kstore.io.store import Store, StoreLike, open_store, store_factory
+
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "BUCKET_COLUMN"]
+
+WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
+
+#: Temporary column holding the bucket number while a bucketed write shuffles (never stored).
+BUCKET_COLUMN = "__kstore_bucket__"
+_MAX_BUCKETS = 0xFFFFF  # the bucket number is 5 hex digits of the file id
+_MAX_DASK_PARTITIONS = 0xFFFFFFF  # the partition number is 7 hex digits
+
+
+# ---------------------------------------------------------------------------------------
+# stores on workers
+# ---------------------------------------------------------------------------------------
+
+
+def _distributed_client() -> Any | None:
+    """The ``distributed.Client`` that would run a compute now, or None (local scheduler)."""
+    get = dask.base.get_scheduler()
+    client = getattr(get, "__self__", None)
+    if client is not None and type(client).__name__ == "Client":
+        return client
+    return None
+
+
+def _workers_in_process() -> bool:
+    """True when the tasks of a compute run in this process (threads, sync, in-process cluster)."""
+    get = dask.base.get_scheduler()
+    if get is None:
+        return True
+    from dask.multiprocessing import get as multiprocessing_get
+
+    if get is multiprocessing_get:
+        return False
+    client = _distributed_client()
+    if client is None:
+        return True
+    pids = client.run(os.getpid)
+    return bool(pids) and set(pids.values()) == {os.getpid()}
+
+
+def _worker_store(store: StoreLike, dataset_uuid: str) -> Callable[[], Store]:
+    """A picklable factory for the workers; refuse in-process stores the workers cannot see."""
+    factory = store_factory(store)  # raises StoreError for unpicklable stores
+    url = getattr(open_store(store), "url", None)
+    if isinstance(url, str) and url.startswith("memory://") and not _workers_in_process():
+        raise StoreError(
+            f"dataset {dataset_uuid!r}: {url!r} is an in-process memory store, which Dask workers in "
+            "other processes cannot see; use a directory ('file:///path') or S3 URL, or a "
+            "threaded/in-process scheduler"
+        )
+    return factory
+
+
+# ---------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """What one Dask partition's write sends back: its files and its normalized schema."""
+
+    number: int
+    schema: pa.Schema | None  # None: the partition was empty
+    files: tuple[WrittenFile, ...]
+
+
+def _file_id(token: str, number: int, bucket: int) -> str:
+    """``k<ms>_<token 8><partition 7><bucket 5>``: a kstore file id (GC reads its time)."""
+    ms = int(time.time() * 1000)
+    return f"k{ms:011x}_{token}{number:07x}{bucket:05x}"
+
+
+class _WritePartition:
+    """The function Dask maps over the partitions: write files, return their records."""
+
+    def __init__(self, factory: Callable[[], Store], dataset_uuid: str, partition_on: tuple[str, ...],
+                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool) -> None:
+        self.factory = factory
+        self.dataset_uuid = dataset_uuid
+        self.partition_on = partition_on
+        self.index_columns = index_columns
+        self.table_name = table_name
+        self.token = token
+        self.bucketed = bucketed
+
+    def __dask_tokenize__(self) -> tuple:
+        return ("kstore-write", self.dataset_uuid, self.token)
+
+    def __call__(self, df: pd.DataFrame, partition_info: Mapping[str, Any] | None = None) -> pd.Series:
+        number = int(partition_info["number"]) if partition_info else 0
+        if len(df) == 0:  # (a shuffle leaves some empty) object columns have no type here
+            return pd.Series([_Written(number, None, ())], dtype=object)
+        table = to_arrow(df, dataset=self.dataset_uuid)
+        groups: list[tuple[int, pa.Table]]
+        if self.bucketed:
+            buckets = table.column(BUCKET_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)
+            table = table.drop_columns([BUCKET_COLUMN])
+            groups = _split_buckets(table, buckets)
+        else:
+            groups = [(0, table)]
+        schema = table_schema(table, partition_on=self.partition_on, secondary_indices=self.index_columns,
+                              dataset=self.dataset_uuid)
+        store = self.factory()
+        files: list[WrittenFile] = []
+        try:
+            for bucket, part in groups:
+                files.extend(write_partitions(
+                    store, self.dataset_uuid, part, partition_on=self.partition_on,
+                    index_columns=self.index_columns, table_name=self.table_name,
+                    file_id=_file_id(self.token, number, bucket),
+                ))
+        except BaseException:
+            _delete(store, [f.key for f in files])
+            raise
+        return pd.Series([_Written(number, schema, tuple(files))], dtype=object)
+
+
+def _split_buckets(table: pa.Table, buckets: np.ndarray) -> list[tuple[int, pa.Table]]:
+    if table.num_rows == 0:
+        return []
+    values, counts = np.unique(buckets, return_counts=True)
+    if len(values) == 1:
+        return [(int(values[0]), table)]
+    ordered = table.take(pa.array(np.argsort(buckets, kind="stable")))
+    out, start = [], 0
+    for b, n in zip(values, counts):
+        out.append((int(b), ordered.slice(start, int(n))))
+        start += int(n)
+    return out
+
+
+def _add_bucket(df: pd.DataFrame, bucket_by: list[str], num_buckets: int) -> pd.DataFrame:
+    """A stable bucket number per row: hash of the ``bucket_by`` values mod ``num_buckets``."""
+    hashed = pd.util.hash_pandas_object(df[bucket_by], index=False).to_numpy()
+    return df.assign(**{BUCKET_COLUMN: (hashed % np.uint64(num_buckets)).astype(np.int64)})
+
+
+def _meta_schema(ddf: dd.DataFrame, pon: tuple[str, ...], sec: tuple[str, ...], dataset_uuid: str) -> pa.Schema:
+    """Validate the column choices and types against ``ddf._meta`` (no data is computed).
+
+    Object columns of the empty meta have no type yet (Arrow ``null``); their type checks
+    wait for the data (each worker runs the same checks on its partition).
+    """
+    table = to_arrow(ddf._meta, dataset=dataset_uuid)
+    names = table.column_names
+    untyped = {n for n in names if pa.types.is_null(table.schema.field(n).type)}
+    missing = [c for c in pon + sec if c not in names]
+    if missing:  # table_schema would say it too; say it for every column at once
+        what = "partition_on" if any(c in pon for c in missing) else "secondary_indices"
+        raise ColumnNotFoundError(
+            f"dataset {dataset_uuid!r}: {what} names column(s) {missing} not in the data "
+            f"(columns: {', '.join(names)})"
+        )
+    if pon and len(pon) == len(names):
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: partition_on uses every column; keep at least one data column")
+    return table_schema(table, partition_on=[c for c in pon if c not in untyped],
+                        secondary_indices=[c for c in sec if c not in untyped], dataset=dataset_uuid)
+
+
+def _delete(store: Store, keys: Sequence[str]) -> None:
+    for key in keys:
+        try:
+            store.delete(key)
+        except Exception:  # best effort; garbage collection removes what is left
+            pass
+
+
+def _delete_by_token(store: Store, dataset_uuid: str, table_name: str, token: str) -> None:
+    """Delete the data files this write left (found by the write's token in their file id)."""
+    marker = f"_{token}"
+    try:
+        keys = [k for k in store.iter_prefix(naming.table_prefix(dataset_uuid, table_name))
+                if marker in k.rsplit("/", 1)[-1]]
+    except Exception:
+        return
+    _delete(store, keys)
+
+
+def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: str, token: str) -> list[_Written]:
+    """Compute the per-partition writes; on any failure delete what was written and re-raise.
+
+    On a distributed cluster every task is waited for before cleaning up (so nothing is
+    written after the cleanup); a local scheduler raises at the first failure, so files of
+    tasks still running then are left for garbage collection.
+    """
+    client = _distributed_client()
+    if client is None:
+        try:
+            return list(parts.compute())
+        except BaseException:
+            _delete_by_token(store, dataset_uuid, table_name, token)
+            raise
+    futures = client.compute(parts.to_delayed())
+    try:
+        for f in futures:  # wait for every task, failed or not
+            try:
+                f.exception()
+            except Exception:  # cancelled
+                pass
+        failed = [f for f in futures if f.status != "finished"]
+        done = client.gather([f for f in futures if f.status == "finished"])
+        results = [w for series in done for w in series]
+        if failed:
+            _delete(store, [f.key for w in results for f in w.files])
+            _delete_by_token(store, dataset_uuid, table_name, token)
+            failed[0].result()  # re-raises the task's exception
+            raise RuntimeError(f"dataset {dataset_uuid!r}: a write task ended as {failed[0].status!r}")
+        return results
+    except BaseException:
+        client.cancel(futures)
+        _delete_by_token(store, dataset_uuid, table_name, token)
+        raise
+
+
+def _write(
+    ddf: dd.DataFrame,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    mode: WriteMode,
+    partition_on: str | Sequence[str] | None,
+    secondary_indices: str | Sequence[str] | None,
+    shuffle: bool,
+    bucket_by: str | Sequence[str] | None,
+    num_buckets: int | None,
+    metadata: Mapping[str, Any] | None,
+    metadata_format: MetadataFormat | None,
+    table_name: str,
+    delete_scope: Sequence[Mapping[str, Any]] | None,
+    schema_mode: Literal["strict", "merge"],
+    txn: tuple[str, int] | None,
+    must_exist: bool = False,
+) -> DatasetMetadata:
+    # 1. validate everything on the client, before any task runs
+    if not isinstance(ddf, dd.DataFrame):
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r}: data must be a dask.dataframe.DataFrame, got {type(ddf).__name__}"
+        )
+    naming.validate_name(dataset_uuid)
+    naming.validate_name(table_name, "table name")
+    if mode not in ("error", "overwrite", "append", "overwrite_partitions"):
+        raise InvalidArgumentError(
+            f"mode must be 'error', 'overwrite', 'append' or 'overwrite_partitions', got {mode!r}"
+        )
+    if schema_mode not in ("strict", "merge"):
+        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
+    if metadata_format is not None and metadata_format not in naming.METADATA_SUFFIXES:
+        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    buckets = _as_list(bucket_by, "bucket_by")
+    if buckets or num_buckets is not None:
+        if not shuffle:
+            raise InvalidArgumentError("bucket_by/num_buckets need shuffle=True")
+        if not buckets:
+            raise InvalidArgumentError("num_buckets needs bucket_by (the columns to hash into buckets)")
+        if not isinstance(num_buckets, int) or isinstance(num_buckets, bool) or not 1 <= num_buckets <= _MAX_BUCKETS:
+            raise InvalidArgumentError(f"num_buckets must be an integer in 1..{_MAX_BUCKETS}, got {num_buckets!r}")
+    if ddf.npartitions > _MAX_DASK_PARTITIONS:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: at most {_MAX_DASK_PARTITIONS} Dask partitions")
+    st = open_store(store)
+    factory = _worker_store(store, dataset_uuid)
+
+    base, _ = load.load_latest(st, dataset_uuid)
+    if must_exist and base is None:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    if _txn_done(base, txn):
+        return base  # a re-submitted transaction: already committed, nothing to write
+    if mode == "error" and base is not None:
+        raise DatasetExistsError(
+            f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or "
+            "mode='append' / update_dataset to add to it"
+        )
+    creates = mode in ("error", "overwrite") or base is None
+    pon = _as_list(partition_on, "partition_on")
+    new_idx = _as_list(secondary_indices, "secondary_indices")
+    base_schema = None
+    if creates:
+        if delete_scope:
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: delete_scope needs an existing dataset")
+        sec = tuple(c for c in dict.fromkeys(new_idx) if c not in pon)
+    else:
+        if table_name not in (naming.DEFAULT_TABLE, base.table):
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r} stores table {base.table!r}, not {table_name!r}")
+        table_name, metadata_format = base.table, None  # an update keeps the table and the format
+        pon = pon or base.partition_keys
+        if tuple(pon) != tuple(base.partition_keys):
+            raise InvalidArgumentError(
+                f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; got partition_on={list(pon)}"
+            )
+        base_schema = load.load_schema(st, base)
+        existing = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in pon)
+        sec = tuple(dict.fromkeys(existing + tuple(c for c in new_idx if c not in pon)))
+    if mode == "overwrite_partitions" and not pon:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
+    missing = [c for c in buckets if c not in ddf.columns]
+    if missing:
+        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: bucket_by names column(s) {missing} not in the data")
+    if BUCKET_COLUMN in ddf.columns:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: column name {BUCKET_COLUMN!r} is reserved")
+    meta_schema = _meta_schema(ddf, pon, sec, dataset_uuid)
+    if base_schema is not None:
+        merge_schemas(base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
+
+    # 2. the graph: (bucket, shuffle,) write each partition's files
+    if buckets:
+        meta = _add_bucket(ddf._meta, list(buckets), num_buckets)
+        ddf = ddf.map_partitions(_add_bucket, list(buckets), num_buckets, meta=meta)
+    if shuffle and (pon or buckets):
+        ddf = ddf.shuffle(on=list(pon) + ([BUCKET_COLUMN] if buckets else []))
+    token = _uuid.uuid4().hex[:8]
+    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, table_name, token, bool(buckets))
+    parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
+
+    # 3. run, then ONE commit
+    written = _run_writes(parts, st, dataset_uuid, table_name, token)
+    files = [f for w in written for f in w.files]
+    try:
+        schema = None
+        for w in sorted(written, key=lambda w: w.number):
+            if w.schema is not None:
+                schema = w.schema if schema is None else merge_schemas(
+                    schema, w.schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
+        if creates:
+            op = Operation(kind="overwrite" if mode == "overwrite" else "create", partition_on=tuple(pon),
+                           index_columns=sec, metadata=metadata, table=table_name, txn=txn)
+            return _commit_or_clean(st, dataset_uuid, op, files, schema=schema if schema is not None else meta_schema,
+                                    metadata_format=metadata_format)
+        scope_fn = None
+        remove: tuple[str, ...] = ()
+        if delete_scope is not None or mode == "overwrite_partitions":
+            scopes = list(delete_scope or [])
+            if mode == "overwrite_partitions":
+                scopes += scope_from_files(files, pon)
+
+            def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
+                return resolve_scope(meta, base_schema, _scopes)
+
+            remove = tuple(sorted(scope_fn(base)))
+    except BaseException:
+        _delete_files(st, files)
+        raise
+    kind = "overwrite_partitions" if mode == "overwrite_partitions" else (
+        "delete_scope" if remove and not files else "append")
+    op = Operation(kind=kind, remove=remove, read_version=base.version, partition_on=tuple(pon),
+                   index_columns=sec, metadata=metadata, schema_mode=schema_mode, table=base.table,
+                   txn=txn, scope_labels=frozenset(remove) if scope_fn else None)
+    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, scope=scope_fn)
+
+
+def store_dataset(
+    ddf: dd.DataFrame,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
+
+    Parameters
+    ----------
+    ddf
+        The data; its index is not stored.
+    store
+        A URL (``file:///path``, ``s3://bucket/prefix``, ...) or a picklable store factory;
+        workers rebuild the store from it.
+    partition_on, secondary_indices
+        As in :func:`kstore.store_dataset`.
+    shuffle
+        Shuffle rows (worker to worker, never through the client) so that each partition
+        value lands in one Dask partition, hence in one file.
+    bucket_by, num_buckets
+        With ``shuffle=True``: hash the ``bucket_by`` values into ``num_buckets`` buckets
+        and write each bucket of a partition value as its own file.
+    mode
+        ``"error"`` (create; :class:`~kstore.errors.DatasetExistsError` if it exists),
+        ``"overwrite"`` (replace), ``"append"`` or ``"overwrite_partitions"`` (update, or
+        create a missing dataset; see :func:`update_dataset`).
+
+    Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
+    schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
+    nothing is committed and the files already written are deleted (best effort).
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
+    >>> ddf = dd.from_pandas(pd.DataFrame({"p": [1, 2, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
+    >>> with dask.config.set(scheduler="threads"):
+    ...     m = kstore.dask.store_dataset(ddf, "memory://dask-store-doc", "ds", partition_on="p", shuffle=True)
+    >>> sorted(lab.split("/")[0] for lab in m.partitions)
+    ['p=1', 'p=2']
+    """
+    return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
+                  secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
+                  num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
+                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn)
+
+
+def update_dataset(
+    ddf: dd.DataFrame,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    metadata: Mapping[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
+
+    As :func:`kstore.update_dataset`: ``mode="overwrite_partitions"`` replaces every
+    partition value the new data touches; ``delete_scope`` removes partitions. Concurrent
+    appends by other writers are merged; a concurrent change inside this write's scope
+    raises :class:`~kstore.errors.CommitConflictError` (nothing is committed).
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, dask.dataframe as dd, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-update-doc", "ds", pd.DataFrame({"p": [1], "v": [1.0]}),
+    ...                          partition_on="p")
+    >>> with dask.config.set(scheduler="threads"):
+    ...     m = kstore.dask.update_dataset(dd.from_pandas(pd.DataFrame({"p": [2], "v": [2.0]}), npartitions=1),
+    ...                                    "memory://dask-update-doc", "ds")
+    >>> m.version, len(m.partitions)
+    (1, 2)
+    """
+    if mode not in ("append", "overwrite_partitions"):
+        raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
+    return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
+                  secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
+                  num_buckets=num_buckets, metadata=metadata, metadata_format=None,
+                  table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
+                  must_exist=True)
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------
+
+
+class _ReadPartition:
+    """Read one Dask partition (a group of planned files); ``columns`` is Dask's projection."""
+
+    def __init__(self, factory: Callable[[], Store], plan: ReadPlan, arrow_strings: bool) -> None:
+        self.factory = factory
+        self.plan = replace(plan, tasks=())  # the tasks travel one group per Dask partition
+        self.arrow_strings = arrow_strings
+
+    def __dask_tokenize__(self) -> tuple:
+        p = self.plan
+        return ("kstore-read", repr(self.factory), p.dataset_uuid, p.version, p.table, repr(p.predicates), p.columns,
+                self.arrow_strings)
+
+    def __call__(self, files: _Files, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        plan = self.plan
+        cols = list(plan.columns if columns is None else columns)
+        store = self.factory()
+        tables = [read_task(store, plan, t, cols) for t in files.tasks]
+        table = pa.concat_tables(tables) if tables else empty_table(plan, cols)
+        return _to_pandas(table, plan.schema, self.arrow_strings)
+
+
+def _to_pandas(table: pa.Table, schema: pa.Schema, arrow_strings: bool) -> pd.DataFrame:
+    """As the eager driver, but strings are ``string[pyarrow]`` when Dask converts strings
+    (its ``dataframe.convert-string`` option): Dask then has nothing left to convert."""
+    return to_pandas(table, schema, types_mapper=_ARROW_STRINGS.get if arrow_strings else None)
+
+
+_ARROW_STRINGS = {pa.string(): pd.StringDtype("pyarrow"), pa.large_string(): pd.StringDtype("pyarrow")}
+
+
+class _Files:
+    """The planned files of one Dask partition; Dask tokenizes it by the files' labels only
+    (the plan's version and predicates are in the reader's token), which is cheap."""
+
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: Sequence[ReadTask]) -> None:
+        self.tasks = tuple(tasks)
+
+    def __dask_tokenize__(self) -> tuple[str, ...]:
+        return tuple(t.label for t in self.tasks)
+
+    def __reduce__(self):
+        return (_Files, (self.tasks,))
+
+
+def _dispatch(plan: ReadPlan, store: Store, dispatch_by: Sequence[str] | None) -> list[_Files]:
+    """One group per planned file, or one per distinct value combination of ``dispatch_by``."""
+    if dispatch_by is None:
+        return [_Files((t,)) for t in plan.tasks]
+    cols = _as_list(dispatch_by, "dispatch_by")
+    missing = [c for c in cols if c not in plan.schema.names]
+    if missing:
+        raise ColumnNotFoundError(f"dataset {plan.dataset_uuid!r}: dispatch_by names unknown column(s) {missing}")
+    pkeys = load_metadata(store, plan.dataset_uuid, version=plan.version).partition_keys
+    other = [c for c in cols if c not in pkeys]
+    if other:
+        raise InvalidArgumentError(
+            f"dataset {plan.dataset_uuid!r}: dispatch_by supports partition columns {list(pkeys)}; "
+            f"{other} are not"
+        )
+    groups: dict[tuple, list[ReadTask]] = {}
+    for t in plan.tasks:
+        values = dict(t.partition_values)
+        groups.setdefault(tuple(values[c] for c in cols), []).append(t)
+    return [_Files(groups[k]) for k in sorted(groups)]
+
+
+def read_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Any = None,
+    *,
+    version: int | None = None,
+    dispatch_by: str | Sequence[str] | None = None,
+) -> dd.DataFrame:
+    """A lazy Dask DataFrame of (a filtered part of) a dataset.
+
+    Planning happens once, here, on the client: ``predicates`` (DNF, as in
+    :func:`kstore.read_dataset`) prune partitions by partition values, secondary indices
+    and statistics, and each remaining file becomes one Dask partition (with
+    ``dispatch_by``: one Dask partition per distinct value combination of those partition
+    columns). ``meta`` comes from the schema, so its dtypes match the computed data; Dask's
+    optimizer pushes column selections into the Parquet reads.
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-read-doc", "ds",
+    ...                          pd.DataFrame({"p": [1, 2, 2], "v": [1.0, 2.0, 3.0]}), partition_on="p")
+    >>> ddf = kstore.dask.read_dataset("memory://dask-read-doc", "ds", predicates=[[("p", "==", 2)]])
+    >>> ddf.npartitions, ddf.dtypes.to_dict()
+    (1, {'p': dtype('int64'), 'v': dtype('float64')})
+    >>> ddf["v"].sum().compute(scheduler="threads")
+    np.float64(5.0)
+    """
+    st = open_store(store)
+    factory = _worker_store(store, dataset_uuid)
+    plan = plan_read(st, dataset_uuid, predicates, columns, version=version)
+    arrow_strings = pyarrow_strings_enabled()
+    meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings)
+    groups = _dispatch(plan, st, dispatch_by)
+    if not groups:
+        return dd.from_pandas(meta, npartitions=1)
+    return dd.from_map(_ReadPartition(factory, plan, arrow_strings), groups, meta=meta,
+                       label=f"kstore-read-{dataset_uuid}", enforce_metadata=False)
