@@ -41,21 +41,17 @@ import pandas as pd
 import pyarrow as pa
 from dask.dataframe.utils import pyarrow_strings_enabled
 
-from kstore.blocks import load
+from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import empty_table, read_task, to_pandas
-from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import Operation
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.types import merge_schemas
-from kstore.eager import _as_list, _commit_or_clean, _delete_files, _txn_done, load_metadata, plan_read
+from kstore.eager import load_metadata, plan_read
 from kstore.errors import (
     ColumnNotFoundError,
-    DatasetExistsError,
-    DatasetNotFoundError,
     InvalidArgumentError,
     StoreError,
 )
@@ -300,19 +296,7 @@ def _write(
         raise InvalidArgumentError(
             f"dataset {dataset_uuid!r}: data must be a dask.dataframe.DataFrame, got {type(ddf).__name__}"
         )
-    naming.validate_name(dataset_uuid)
-    naming.validate_name(table_name, "table name")
-    if mode not in ("error", "overwrite", "append", "overwrite_partitions"):
-        raise InvalidArgumentError(
-            f"mode must be 'error', 'overwrite', 'append' or 'overwrite_partitions', got {mode!r}"
-        )
-    if schema_mode not in ("strict", "merge"):
-        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
-    if metadata_format is not None and metadata_format not in naming.METADATA_SUFFIXES:
-        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
-    buckets = _as_list(bucket_by, "bucket_by")
+    buckets = as_columns(bucket_by, "bucket_by")
     if buckets or num_buckets is not None:
         if not shuffle:
             raise InvalidArgumentError("bucket_by/num_buckets need shuffle=True")
@@ -324,47 +308,20 @@ def _write(
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: at most {_MAX_DASK_PARTITIONS} Dask partitions")
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-
-    base, _ = load.load_latest(st, dataset_uuid)
-    if must_exist and base is None:
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
-    if _txn_done(base, txn):
-        return base  # a re-submitted transaction: already committed, nothing to write
-    if mode == "error" and base is not None:
-        raise DatasetExistsError(
-            f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or "
-            "mode='append' / update_dataset to add to it"
-        )
-    creates = mode in ("error", "overwrite") or base is None
-    pon = _as_list(partition_on, "partition_on")
-    new_idx = _as_list(secondary_indices, "secondary_indices")
-    base_schema = None
-    if creates:
-        if delete_scope:
-            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: delete_scope needs an existing dataset")
-        sec = tuple(c for c in dict.fromkeys(new_idx) if c not in pon)
-    else:
-        if table_name not in (naming.DEFAULT_TABLE, base.table):
-            raise InvalidArgumentError(f"dataset {dataset_uuid!r} stores table {base.table!r}, not {table_name!r}")
-        table_name, metadata_format = base.table, None  # an update keeps the table and the format
-        pon = pon or base.partition_keys
-        if tuple(pon) != tuple(base.partition_keys):
-            raise InvalidArgumentError(
-                f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; got partition_on={list(pon)}"
-            )
-        base_schema = load.load_schema(st, base)
-        existing = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in pon)
-        sec = tuple(dict.fromkeys(existing + tuple(c for c in new_idx if c not in pon)))
-    if mode == "overwrite_partitions" and not pon:
-        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
+    job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on, secondary_indices=secondary_indices,
+                        table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
+                        metadata_format=metadata_format, txn=txn, must_exist=must_exist)
+    if job.already_committed:
+        return job.base  # a re-submitted transaction: already committed, nothing to write
+    pon, sec = job.partition_on, job.index_columns
     missing = [c for c in buckets if c not in ddf.columns]
     if missing:
         raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: bucket_by names column(s) {missing} not in the data")
     if BUCKET_COLUMN in ddf.columns:
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: column name {BUCKET_COLUMN!r} is reserved")
     meta_schema = _meta_schema(ddf, pon, sec, dataset_uuid)
-    if base_schema is not None:
-        merge_schemas(base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
+    if job.base_schema is not None and not job.creates:
+        merge_schemas(job.base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
 
     # 2. the graph: (bucket, shuffle,) write each partition's files
     if buckets:
@@ -373,43 +330,20 @@ def _write(
     if shuffle and (pon or buckets):
         ddf = ddf.shuffle(on=list(pon) + ([BUCKET_COLUMN] if buckets else []))
     token = _uuid.uuid4().hex[:8]
-    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, table_name, token, bool(buckets))
+    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets))
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
 
-    # 3. run, then ONE commit
-    written = _run_writes(parts, st, dataset_uuid, table_name, token)
+    # 3. run, then ONE commit (shared with every driver: kstore.blocks.job.finish_write)
+    written = _run_writes(parts, st, dataset_uuid, job.table_name, token)
     files = [f for w in written for f in w.files]
     try:
-        schema = None
-        for w in sorted(written, key=lambda w: w.number):
-            if w.schema is not None:
-                schema = w.schema if schema is None else merge_schemas(
-                    schema, w.schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
-        if creates:
-            op = Operation(kind="overwrite" if mode == "overwrite" else "create", partition_on=tuple(pon),
-                           index_columns=sec, metadata=metadata, table=table_name, txn=txn)
-            return _commit_or_clean(st, dataset_uuid, op, files, schema=schema if schema is not None else meta_schema,
-                                    metadata_format=metadata_format)
-        scope_fn = None
-        remove: tuple[str, ...] = ()
-        if delete_scope is not None or mode == "overwrite_partitions":
-            scopes = list(delete_scope or [])
-            if mode == "overwrite_partitions":
-                scopes += scope_from_files(files, pon)
-
-            def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
-                return resolve_scope(meta, base_schema, _scopes)
-
-            remove = tuple(sorted(scope_fn(base)))
+        schema = merge_worker_schemas(job, [w.schema for w in sorted(written, key=lambda w: w.number)])
     except BaseException:
-        _delete_files(st, files)
+        delete_files(st, files)
         raise
-    kind = "overwrite_partitions" if mode == "overwrite_partitions" else (
-        "delete_scope" if remove and not files else "append")
-    op = Operation(kind=kind, remove=remove, read_version=base.version, partition_on=tuple(pon),
-                   index_columns=sec, metadata=metadata, schema_mode=schema_mode, table=base.table,
-                   txn=txn, scope_labels=frozenset(remove) if scope_fn else None)
-    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, scope=scope_fn)
+    if schema is None and job.creates:
+        schema = meta_schema
+    return finish_write(job, files, schema)
 
 
 def store_dataset(
@@ -568,7 +502,7 @@ def _dispatch(plan: ReadPlan, store: Store, dispatch_by: Sequence[str] | None) -
     """One group per planned file, or one per distinct value combination of ``dispatch_by``."""
     if dispatch_by is None:
         return [_Files((t,)) for t in plan.tasks]
-    cols = _as_list(dispatch_by, "dispatch_by")
+    cols = as_columns(dispatch_by, "dispatch_by")
     missing = [c for c in cols if c not in plan.schema.names]
     if missing:
         raise ColumnNotFoundError(f"dataset {plan.dataset_uuid!r}: dispatch_by names unknown column(s) {missing}")

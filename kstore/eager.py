@@ -20,17 +20,22 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit
+from kstore.blocks.job import (
+    WriteJob,
+    check_schema,
+    delete_files,
+    finish_write,
+    merge_worker_schemas,
+    prepare_write,
+)
 from kstore.blocks.read import read_plan, read_task, to_pandas
-from kstore.blocks.write import WrittenFile, iter_tables, table_schema, write_partitions
+from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import Operation
 from kstore.core.planning import ReadPlan
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
-from kstore.core.types import merge_schemas
 from kstore.errors import InvalidArgumentError, KstoreError
 from kstore.io.store import CountingStore, Store, StoreLike, open_store
 
@@ -48,82 +53,28 @@ __all__ = [
 ]
 
 
-def _as_list(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if not all(isinstance(v, str) for v in value):
-        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
-    return tuple(value)
-
-
 def write_files(
-    store: Store,
-    dataset_uuid: str,
+    job: WriteJob,
     data: Any,
-    *,
-    partition_on: Sequence[str],
-    index_columns: Sequence[str],
-    table_name: str,
-    base_schema: pa.Schema | None = None,
-    schema_mode: str = "strict",
 ) -> tuple[list[WrittenFile], pa.Schema | None]:
-    """Write every chunk of ``data`` (one at a time: bounded memory); no commit.
+    """Write every chunk of ``data`` for ``job`` (one chunk in memory at a time); no commit.
 
     On any error the files written so far are deleted and the error re-raised.
     """
     files: list[WrittenFile] = []
-    schema = None
+    schemas = []
     try:
-        for table in iter_tables(data, dataset=dataset_uuid):
-            chunk_schema = table_schema(
-                table, partition_on=partition_on, secondary_indices=index_columns, dataset=dataset_uuid
-            )
-            if base_schema is not None:
-                merge_schemas(base_schema, chunk_schema, dataset=dataset_uuid,
-                              allow_new_columns=schema_mode == "merge")
-            schema = chunk_schema if schema is None else merge_schemas(schema, chunk_schema, dataset=dataset_uuid,
-                                                                       allow_new_columns=schema_mode == "merge")
+        for table in iter_tables(data, dataset=job.dataset_uuid):
+            schemas.append(check_schema(job, table))
+            merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
             files.extend(
-                write_partitions(store, dataset_uuid, table, partition_on=partition_on,
-                                 index_columns=index_columns, table_name=table_name)
+                write_partitions(job.store, job.dataset_uuid, table, partition_on=job.partition_on,
+                                 index_columns=job.index_columns, table_name=job.table_name)
             )
     except BaseException:
-        _delete_files(store, files)
+        delete_files(job.store, files)
         raise
-    return files, schema
-
-
-def _txn_done(base: DatasetMetadata | None, txn: tuple[str, int] | None) -> bool:
-    """True when ``txn`` (app_id, version) is already committed in ``base``."""
-    if txn is None or base is None:
-        return False
-    app, ver = txn
-    return base.txns.get(app, -1) >= ver
-
-
-def _commit_or_clean(st: Store, dataset_uuid: str, op: Operation, files: list[WrittenFile], **kw: Any) -> DatasetMetadata:
-    """Commit; on failure, or when the commit did not take our files (a transaction that a
-    concurrent retry committed first), delete the files this call wrote."""
-    try:
-        meta = commit(st, dataset_uuid, op, files=files, **kw)
-    except BaseException:
-        _delete_files(st, files)
-        raise
-    referenced = {k for fs in meta.partitions.values() for k in fs.values()}
-    unused = [f for f in files if f.key not in referenced]
-    if unused and len(unused) == len(files):
-        _delete_files(st, unused)
-    return meta
-
-
-def _delete_files(st: Store, files: Sequence[WrittenFile]) -> None:
-    for f in files:
-        try:
-            st.delete(f.key)
-        except Exception:  # best effort: GC removes what is left
-            pass
+    return files, merge_worker_schemas(job, schemas)
 
 
 def store_dataset(
@@ -155,28 +106,15 @@ def store_dataset(
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
-    st = open_store(store)
-    naming.validate_name(dataset_uuid)
-    naming.validate_name(table_name, "table name")
     if metadata_format not in naming.METADATA_SUFFIXES:
         raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
-    pon = _as_list(partition_on, "partition_on")
-    sec = tuple(c for c in _as_list(secondary_indices, "secondary_indices") if c not in pon)
-    existing = load.load_latest(st, dataset_uuid)[0]
-    if _txn_done(existing, txn):
-        return existing  # a retried job: already committed
-    if not overwrite and existing is not None:
-        from kstore.errors import DatasetExistsError
-
-        raise DatasetExistsError(
-            f"dataset {dataset_uuid!r} already exists; pass overwrite=True to replace it or use update_dataset"
-        )
-    files, schema = write_files(st, dataset_uuid, data, partition_on=pon, index_columns=sec, table_name=table_name)
-    op = Operation(kind="overwrite" if overwrite else "create", partition_on=pon, index_columns=sec,
-                   metadata=metadata, table=table_name, txn=txn)
-    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, metadata_format=metadata_format)
+    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if overwrite else "error",
+                        partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
+                        metadata=metadata, metadata_format=metadata_format, txn=txn)
+    if job.already_committed:
+        return job.base  # a retried job: nothing to write
+    files, schema = write_files(job, data)
+    return finish_write(job, files, schema)
 
 
 def update_dataset(
@@ -200,49 +138,15 @@ def update_dataset(
     commit fail with :class:`~kstore.errors.CommitConflictError`; concurrent appends elsewhere
     are merged automatically.
     """
-    from kstore.blocks.scope import resolve_scope, scope_from_files
-
-    st = open_store(store)
-    base, _ = load.load_latest(st, dataset_uuid)
-    if base is None:
-        from kstore.errors import DatasetNotFoundError
-
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
-    if _txn_done(base, txn):
-        return base  # re-submitted transaction: nothing to do
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
-    if schema_mode not in ("strict", "merge"):
-        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
-    pon = _as_list(partition_on, "partition_on") or base.partition_keys
-    if tuple(pon) != tuple(base.partition_keys):
-        raise InvalidArgumentError(
-            f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; got partition_on={list(pon)}"
-        )
-    base_schema = load.load_schema(st, base)
-    existing_idx = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in pon)
-    sec = tuple(dict.fromkeys(existing_idx + tuple(c for c in _as_list(secondary_indices, "secondary_indices") if c not in pon)))
-    files: list[WrittenFile] = []
-    schema = None
-    if data is not None:
-        files, schema = write_files(st, dataset_uuid, data, partition_on=pon, index_columns=sec,
-                                    table_name=base.table, base_schema=base_schema, schema_mode=schema_mode)
-    scope_fn = None
-    remove: tuple[str, ...] = ()
-    if delete_scope is not None or mode == "overwrite_partitions":
-        scopes = list(delete_scope or [])
-        if mode == "overwrite_partitions":
-            scopes += scope_from_files(files, pon)
-        def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
-            return resolve_scope(meta, base_schema, _scopes)
-        remove = tuple(sorted(scope_fn(base)))
-    if not files and not remove and not metadata and txn is None:
-        return base  # nothing to change (e.g. a delete scope matching nothing): no empty version
-    op = Operation(kind="overwrite_partitions" if mode == "overwrite_partitions" else ("delete_scope" if remove and not files else "append"),
-                   remove=remove, read_version=base.version, partition_on=tuple(pon), index_columns=sec,
-                   metadata=metadata, schema_mode=schema_mode, table=base.table, txn=txn,
-                   scope_labels=frozenset(remove) if scope_fn else None)
-    return _commit_or_clean(st, dataset_uuid, op, files, schema=schema, scope=scope_fn)
+    job = prepare_write(open_store(store), dataset_uuid, mode=mode, partition_on=partition_on,
+                        secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
+                        metadata=metadata, txn=txn, must_exist=True)
+    if job.already_committed:
+        return job.base  # re-submitted transaction: nothing to do
+    files, schema = write_files(job, data) if data is not None else ([], None)
+    return finish_write(job, files, schema)
 
 
 def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:

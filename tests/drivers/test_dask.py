@@ -353,16 +353,16 @@ def test_modes(url):
 
 
 def test_one_commit_per_write_and_transactions_are_idempotent(monkeypatch, url):
-    import kstore.eager
+    import kstore.blocks.job
 
     commits = []
-    real = kstore.eager.commit
+    real = kstore.blocks.job.commit
 
     def counting(*args, **kwargs):
         commits.append(args[2].kind)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kstore.eager, "commit", counting)
+    monkeypatch.setattr(kstore.blocks.job, "commit", counting)
     with dask.config.set(scheduler="threads"):
         kd.store_dataset(ddf_of(frame(), 6), url, UUID, partition_on=["p"], secondary_indices=["x"])
         assert commits == ["create"]

@@ -1,0 +1,241 @@
+"""A write job: the client side of every write path (eager, iterator, Dask, Spark).
+
+Every driver does the same three things, and only the middle one differs:
+
+1. :func:`prepare_write` (client): validate the arguments, load the newest version, decide
+   the partition columns and the indices the new files must carry values for;
+2. workers call :func:`kstore.blocks.write.write_partitions` with ``job.partition_on``,
+   ``job.index_columns`` and ``job.table_name`` and send back :class:`WrittenFile` records;
+3. :func:`finish_write` (client): merge the workers' schemas, resolve delete scopes, build
+   the :class:`~kstore.core.operations.Operation` and make the ONE commit; on failure, or
+   when the commit did not take the files, delete them.
+
+Examples
+--------
+>>> import pandas as pd
+>>> from kstore.io.memory import MemoryStore
+>>> from kstore.blocks.write import to_arrow, write_partitions
+>>> st = MemoryStore()
+>>> job = prepare_write(st, "ds", mode="error", partition_on=["p"])
+>>> files = write_partitions(st, "ds", to_arrow(pd.DataFrame({"p": [1, 2], "x": [3, 4]})),
+...                          partition_on=job.partition_on, index_columns=job.index_columns)
+>>> meta = finish_write(job, files, check_schema(job, pd.DataFrame({"p": [1], "x": [3]})))
+>>> meta.version, len(meta.partitions)
+(0, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from kstore.blocks import load
+from kstore.blocks.commit import commit
+from kstore.blocks.scope import resolve_scope, scope_from_files
+from kstore.blocks.write import WrittenFile, table_schema, to_arrow
+from kstore.core import naming
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
+from kstore.core.operations import Operation
+from kstore.core.types import merge_schemas
+from kstore.errors import (
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InvalidArgumentError,
+)
+from kstore.io.store import Store
+
+__all__ = ["WriteMode", "WriteJob", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
+           "delete_files", "as_columns"]
+
+WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
+_MODES = ("error", "overwrite", "append", "overwrite_partitions")
+
+
+def as_columns(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """A column name or list of names as a tuple (clear error for anything else)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """Everything workers and the final commit need to know about one write."""
+
+    store: Store
+    dataset_uuid: str
+    mode: WriteMode
+    partition_on: tuple[str, ...]
+    index_columns: tuple[str, ...]
+    table_name: str
+    base: DatasetMetadata | None
+    base_schema: pa.Schema | None
+    schema_mode: Literal["strict", "merge"] = "strict"
+    delete_scope: tuple[Mapping[str, Any], ...] | None = None
+    metadata: Mapping[str, Any] | None = None
+    metadata_format: MetadataFormat | None = None
+    txn: tuple[str, int] | None = None
+
+    @property
+    def creates(self) -> bool:
+        """True when this write makes a new dataset (or replaces one)."""
+        return self.mode in ("error", "overwrite") or self.base is None
+
+    @property
+    def already_committed(self) -> bool:
+        """The job's application transaction is already committed (a retried job)."""
+        return (self.txn is not None and self.base is not None
+                and self.base.txns.get(self.txn[0], -1) >= self.txn[1])
+
+
+def prepare_write(
+    store: Store,
+    dataset_uuid: str,
+    *,
+    mode: WriteMode,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    table_name: str = naming.DEFAULT_TABLE,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat | None = None,
+    txn: tuple[str, int] | None = None,
+    must_exist: bool = False,
+) -> WriteJob:
+    """Validate a write and load what it builds on (client side, before any file is written).
+
+    ``mode``: ``"error"`` creates (an existing dataset is an error), ``"overwrite"`` replaces,
+    ``"append"`` adds files, ``"overwrite_partitions"`` replaces the partition values the new
+    data touches. Appending to a missing dataset creates it unless ``must_exist``.
+    """
+    naming.validate_name(dataset_uuid)
+    naming.validate_name(table_name, "table name")
+    if mode not in _MODES:
+        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
+    if schema_mode not in ("strict", "merge"):
+        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
+    if metadata_format is not None and metadata_format not in naming.METADATA_SUFFIXES:
+        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
+                                and isinstance(txn[1], int)):
+        raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    pon = as_columns(partition_on, "partition_on")
+    sec = as_columns(secondary_indices, "secondary_indices")
+    base, _ = load.load_latest(store, dataset_uuid)
+    if base is None and must_exist:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
+                   index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
+                   base_schema=None, schema_mode=schema_mode,
+                   delete_scope=tuple(delete_scope) if delete_scope is not None else None,
+                   metadata=metadata, metadata_format=metadata_format, txn=txn)
+    if job.already_committed:
+        return replace(job, partition_on=base.partition_keys, index_columns=())
+    if mode == "error" and base is not None:
+        raise DatasetExistsError(
+            f"dataset {dataset_uuid!r} already exists; pass overwrite=True (mode='overwrite') to replace it "
+            "or append to it"
+        )
+    if job.creates:
+        if delete_scope:
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: delete_scope needs an existing dataset")
+        if mode == "overwrite_partitions" and not pon:
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
+        return job
+    if table_name not in (naming.DEFAULT_TABLE, base.table):
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r} stores table {base.table!r}, not {table_name!r}")
+    if mode == "overwrite_partitions" and not base.partition_keys:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r} is not partitioned; mode='overwrite_partitions' "
+                                   "needs partition columns")
+    if pon and tuple(pon) != tuple(base.partition_keys):
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; got partition_on={list(pon)}"
+        )
+    existing = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    sec = tuple(dict.fromkeys(existing + tuple(c for c in sec if c not in base.partition_keys)))
+    return replace(job, partition_on=base.partition_keys, index_columns=sec, table_name=base.table,
+                   base_schema=load.load_schema(store, base))
+
+
+def check_schema(job: WriteJob, sample: Any) -> pa.Schema:
+    """Validate the columns of ``sample`` (a frame/table, possibly empty) for ``job``; return
+    its normalized schema. Drivers call it on the client before workers start."""
+    schema = table_schema(to_arrow(sample, dataset=job.dataset_uuid), partition_on=job.partition_on,
+                          secondary_indices=job.index_columns, dataset=job.dataset_uuid)
+    if job.base_schema is not None and not job.creates:
+        merge_schemas(job.base_schema, schema, dataset=job.dataset_uuid, allow_new_columns=job.schema_mode == "merge")
+    return schema
+
+
+def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> pa.Schema | None:
+    """One schema from the schemas the workers saw (SchemaMismatchError when they disagree)."""
+    out = None
+    for s in schemas:
+        if s is None:
+            continue
+        out = s if out is None else merge_schemas(out, s, dataset=job.dataset_uuid,
+                                                  allow_new_columns=job.schema_mode == "merge")
+    return out
+
+
+def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
+    """Best-effort delete of written files (GC removes what is left)."""
+    for f in files:
+        try:
+            store.delete(f.key)
+        except Exception:
+            pass
+
+
+def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:
+    """Make the job's one commit. ``schema`` is the merged normalized schema of the new data."""
+    files = list(files)
+    st = job.store
+    try:
+        if job.already_committed:
+            delete_files(st, files)
+            return job.base
+        scope_fn: Callable[[DatasetMetadata], set[str]] | None = None
+        remove: tuple[str, ...] = ()
+        if job.creates:
+            op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
+                           partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
+                           table=job.table_name, txn=job.txn)
+        else:
+            if job.delete_scope is not None or job.mode == "overwrite_partitions":
+                scopes = list(job.delete_scope or [])
+                if job.mode == "overwrite_partitions":
+                    scopes += scope_from_files(files, job.partition_on)
+                base_schema = job.base_schema
+
+                def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
+                    return resolve_scope(meta, base_schema, _scopes)
+
+                remove = tuple(sorted(scope_fn(job.base)))
+            if not files and not remove and not job.metadata and job.txn is None:
+                return job.base  # nothing to change (a delete scope matching nothing): no empty version
+            kind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
+                    else "delete_scope" if remove and not files else "append")
+            op = Operation(kind=kind, remove=remove, read_version=job.base.version, partition_on=job.partition_on,
+                           index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
+                           table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
+        meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
+                      metadata_format=job.metadata_format if job.creates else None)
+    except BaseException:
+        delete_files(st, files)
+        raise
+    referenced = {k for fs in meta.partitions.values() for k in fs.values()}
+    if files and not any(f.key in referenced for f in files):
+        delete_files(st, files)  # a concurrent retry of the same transaction committed first
+    return meta
