@@ -95,6 +95,11 @@ class DatasetMetadata:
     explicit_partitions: bool = True
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __reduce__(self):
+        """Pickle as plain dicts (mapping proxies do not pickle): for Dask/Spark workers."""
+        state = {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return (_rebuild, (state,))
+
     # -- construction ------------------------------------------------------------------
 
     @classmethod
@@ -301,3 +306,18 @@ def _schema_from_text(text: str | None, uuid: str) -> pa.Schema | None:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
     except (ValueError, pa.ArrowInvalid) as exc:
         raise CorruptMetadataError(f"dataset {uuid!r}: the stored schema cannot be decoded") from exc
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
+
+
+def _rebuild(state: dict[str, Any]) -> DatasetMetadata:
+    state = dict(state)
+    state["partitions"] = MappingProxyType({lab: MappingProxyType(files) for lab, files in state["partitions"].items()})
+    state["inline_indices"] = MappingProxyType({c: MappingProxyType(v) for c, v in state["inline_indices"].items()})
+    for key in ("indices", "metadata", "extra", "txns"):
+        state[key] = MappingProxyType(state[key])
+    return DatasetMetadata(**state)

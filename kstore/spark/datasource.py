@@ -1,0 +1,250 @@
+"""The ``kstore`` Spark Python data source (``spark.read/df.write.format("kstore")``).
+
+Register it once per session with :func:`kstore.spark.register` (which also turns on
+``spark.sql.python.filterPushdown.enabled``)::
+
+    df.write.format("kstore").option("dataset_uuid", "sales").option("partition_on", "day") \\
+        .option("secondary_indices", "location").mode("overwrite").save("/data/store")
+    spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store") \\
+        .filter("location = 7")
+
+Write options: ``dataset_uuid`` (required), ``partition_on`` and ``secondary_indices``
+(comma-separated), ``write_mode`` (``error`` / ``append`` / ``overwrite`` /
+``overwrite_partitions``; default: Spark's ``overwrite`` or ``append``, which creates a
+missing dataset), ``schema_mode`` (``strict`` / ``merge``), ``table``, ``metadata``
+(JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``.
+
+Read options: ``dataset_uuid`` (required), ``version`` or ``as_of`` (ISO timestamp;
+naive = UTC) for time travel, ``columns`` (comma-separated), ``predicates`` (JSON DNF,
+``[[["location", "==", 7]]]``, ORs included), ``table``, ``partition_bytes`` and
+``min_partitions`` (planned files are grouped into Spark input partitions as Spark groups
+files: at most ``partition_bytes``, default 128 MiB, and spread over at least
+``min_partitions`` tasks when there are enough files; default: the driver's CPU count).
+
+Filters Spark pushes (``=``, ``<=>``, ``<``, ``<=``, ``>``, ``>=``, ``IN``, ``IS [NOT]
+NULL`` and their negations on top-level columns) go to kstore's planner, which prunes by
+partition values, secondary indices and per-file statistics; the rows of planned files are
+then filtered exactly, so Spark does not evaluate those filters again (except on float
+columns, whose NaN ordering differs). Other filters stay with Spark.
+
+The path is a store URL (``/dir``, ``file://``, ``s3://...``) or
+:func:`kstore.spark.store_option` of any other store. The version is pinned when Spark
+resolves the schema: a DataFrame keeps reading the version it was created on.
+
+Spark 4.3 caches the read plan of a scan whose filters were pushed down on the relation
+and reuses it for a later query on the *same* DataFrame that pushes no filter (its
+``PythonScanBuilder.pushFilters`` stores the pushdown's read info on the shared
+``PythonDataSourceV2``). Such a query would only see the files the earlier query planned.
+:func:`kstore.spark.read_dataset` returns DataFrames that are safe to reuse (every query
+on them pushes an always-true guard filter, so each is planned afresh); with a plain
+``spark.read.format("kstore").load()``, load a DataFrame per query or register the data
+source with ``filter_pushdown=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from kstore.blocks.write import WrittenFile
+from kstore.core.naming import DEFAULT_TABLE
+from kstore.core.predicates import Term
+from kstore.errors import InvalidArgumentError
+from kstore.spark.reader import (
+    ReadSource,
+    decode_store,
+    filter_to_term,
+    plan_partitions,
+    read_partition,
+    resolve_source,
+)
+from kstore.spark.writer import (
+    DEFAULT_CHUNK_BYTES,
+    WriteJob,
+    cleanup_files,
+    commit_files,
+    prepare_write,
+    write_batches,
+)
+
+__all__ = [
+    "KstoreDataSource",
+    "KstoreDataSourceNoPushdown",
+    "KstoreReader",
+    "KstoreWriter",
+    "KstoreCommitMessage",
+    "KstorePartition",
+]
+
+
+class KstorePartition(InputPartition):
+    """One Spark input partition: the read plan restricted to a group of planned files."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return f"KstorePartition({len(self.plan.tasks)} file(s): {', '.join(self.plan.partitions[:3])}...)"
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, source: ReadSource) -> None:
+        self.source = source
+        self.pushed: list[Term] = []
+
+    def partitions(self) -> Sequence[InputPartition]:
+        _, parts = plan_partitions(self.source, self.pushed)
+        return [KstorePartition(p) for p in parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KstorePartition):  # Spark's placeholder for "no files"
+            return iter(())
+        return read_partition(self.source, partition.plan)
+
+
+class KstoreReaderNoPushdown(_Reader):
+    """The reader without ``pushFilters`` (for sessions with Python filter pushdown off)."""
+
+
+class KstoreReader(_Reader):
+    """Reader with filter pushdown into kstore's planner."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        guard = self.source.guard
+        for f in filters:
+            if guard is not None and getattr(f, "attribute", None) == (guard,):
+                if type(f).__name__ != "IsNotNull":
+                    yield f
+                continue  # the guard column is never null
+            term, exact = filter_to_term(f, self.source.schema)
+            if term is not None:
+                self.pushed.append(term)
+            if term is None or not exact:
+                yield f
+
+
+@dataclass
+class KstoreCommitMessage(WriterCommitMessage):
+    """What one write task reports: its written files (pickled, small)."""
+
+    files: bytes = field(default=b"")
+
+    def written(self) -> list[WrittenFile]:
+        return pickle.loads(self.files) if self.files else []
+
+
+class KstoreWriter(DataSourceArrowWriter):
+    """Executors write files (``write``); the driver commits once (``commit``) or deletes
+    what the successful tasks wrote (``abort``)."""
+
+    def __init__(self, job: WriteJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KstoreCommitMessage:
+        files = [f for chunk in write_batches(self.job, iterator) for f in chunk]
+        return KstoreCommitMessage(pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def commit(self, messages: list[KstoreCommitMessage | None]) -> None:
+        files = [f for m in messages if m is not None for f in m.written()]
+        commit_files(self.job, files)
+
+    def abort(self, messages: list[KstoreCommitMessage | None]) -> None:
+        files = [f for m in messages if m is not None for f in m.written()]
+        if files:
+            cleanup_files(self.job.store(), files)
+
+
+def _txn(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    app, sep, version = text.rpartition(":")
+    if not sep or not app:
+        raise InvalidArgumentError(f"option txn must be 'app_id:version', got {text!r}")
+    try:
+        return app, int(version)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"option txn must be 'app_id:version', got {text!r}") from exc
+
+
+class KstoreDataSource(DataSource):
+    """``format("kstore")``: read and write kstore datasets (see the module docstring)."""
+
+    _reader_cls: type[_Reader] = KstoreReader
+
+    @classmethod
+    def name(cls) -> str:
+        return "kstore"
+
+    def _source(self) -> ReadSource:
+        source = getattr(self, "_resolved", None)
+        if source is None:
+            source = resolve_source(self.options)
+            self._resolved = source  # pickled with the data source: the version stays pinned
+        return source
+
+    def schema(self) -> StructType:
+        return self._source().spark_schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        source = self._source()
+        if schema is not None and [f.name for f in schema.fields] != source.spark_schema.fieldNames():
+            missing = [f.name for f in schema.fields if f.name not in source.schema.names]
+            if missing:
+                raise InvalidArgumentError(
+                    f"dataset {source.dataset_uuid!r}: the given schema names columns {missing} the dataset lacks"
+                )
+        if schema is not None:
+            from dataclasses import replace
+
+            source = replace(source, spark_schema=schema)
+        return self._reader_cls(source)
+
+    def writer(self, schema: StructType, overwrite: bool) -> KstoreWriter:
+        opts = self.options
+        path = opts.get("path") or opts.get("store")
+        if not path:
+            raise InvalidArgumentError("the kstore data source needs a store: .save(url) or .option('store', url)")
+        uuid = opts.get("dataset_uuid")
+        if not uuid:
+            raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
+        mode = opts.get("write_mode") or ("overwrite" if overwrite else "append")
+        metadata = None
+        if opts.get("metadata"):
+            try:
+                metadata = json.loads(opts["metadata"])
+            except ValueError as exc:
+                raise InvalidArgumentError(f"option metadata must be a JSON object, got {opts['metadata']!r}") from exc
+        job = prepare_write(
+            decode_store(path),
+            uuid,
+            schema,
+            mode=mode,
+            partition_on=opts.get("partition_on"),
+            secondary_indices=opts.get("secondary_indices"),
+            metadata=metadata,
+            metadata_format=opts.get("metadata_format") or None,
+            table_name=opts.get("table") or DEFAULT_TABLE,
+            schema_mode=opts.get("schema_mode") or "strict",
+            txn=_txn(opts.get("txn")),
+            chunk_bytes=int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
+        )
+        return KstoreWriter(job)
+
+
+class KstoreDataSourceNoPushdown(KstoreDataSource):
+    """The same data source with a reader that does not implement ``pushFilters``."""
+
+    _reader_cls = KstoreReaderNoPushdown

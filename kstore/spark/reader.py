@@ -1,0 +1,384 @@
+"""Spark reads: plan on the driver with kstore's planner, read planned files on executors.
+
+:func:`resolve_source` pins the dataset version once (when Spark asks for the schema), so
+every partition of one DataFrame reads the same version. Spark's pushed filters become
+kstore predicate terms (:func:`filter_to_term`); :func:`plan_partitions` plans the read
+(partition values, secondary indices, per-file statistics) and groups the planned files
+into Spark input partitions; :func:`read_partition` reads one group with
+:func:`kstore.blocks.read.read_task` and returns Arrow record batches in the exact
+Arrow schema Spark expects.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from kstore.blocks import load
+from kstore.blocks.read import read_task
+from kstore.core.planning import ReadPlan, ReadTask, plan_read
+from kstore.core.predicates import DNF, Term, bind, columns_of, parse
+from kstore.errors import InvalidArgumentError, KstoreError
+from kstore.io.store import CountingStore, Store, StoreLike, open_store
+from kstore.spark.types import schema_hint, spark_schema, to_spark_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "ReadSource",
+    "resolve_source",
+    "filter_to_term",
+    "plan",
+    "group_tasks",
+    "plan_partitions",
+    "read_partition",
+    "encode_store",
+    "decode_store",
+    "encode_predicates",
+    "decode_predicates",
+    "DEFAULT_PARTITION_BYTES",
+]
+
+#: Planned files are grouped into Spark input partitions of at most this many bytes
+#: (``spark.sql.files.maxPartitionBytes``'s default).
+DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
+#: What opening one file costs, in bytes (``spark.sql.files.openCostInBytes``'s default).
+OPEN_COST_BYTES = 4 * 1024 * 1024
+#: Rows per Arrow batch handed to Spark.
+BATCH_ROWS = 65_536
+#: A constant, always-true boolean column :func:`kstore.spark.read_dataset` adds and filters
+#: on (``IS NOT NULL``) and then drops. Every query on such a DataFrame then pushes at
+#: least one filter, so Spark re-plans the read for each query. Spark 4.3 caches the read
+#: plan of a pushed-down scan on the relation and reuses it for a later query on the same
+#: DataFrame that pushes nothing, which would then miss the files the first query pruned.
+GUARD_COLUMN = "__kstore_scan_guard__"
+
+_STORE_PREFIX = "kstore-store:"
+_PRED_PREFIX = "kstore-predicates:"
+
+
+def encode_store(store: StoreLike) -> str:
+    """A store as a data source ``path`` string: its URL, or a pickled factory.
+
+    URLs travel as they are; other stores (a custom factory, a store object with
+    credentials) are pickled (cloudpickle) into an opaque string. Memory stores are
+    refused (executors are other processes).
+    """
+    from kstore.spark.writer import spark_store_factory
+
+    factory = spark_store_factory(store)
+    url = getattr(factory, "url", None)
+    if isinstance(url, str):
+        return url
+    from pyspark import cloudpickle
+
+    return _STORE_PREFIX + base64.b64encode(cloudpickle.dumps(factory)).decode("ascii")
+
+
+def decode_store(text: str) -> StoreLike:
+    if text.startswith(_STORE_PREFIX):
+        from pyspark import cloudpickle
+
+        return cloudpickle.loads(base64.b64decode(text[len(_STORE_PREFIX):]))
+    return text
+
+
+def encode_predicates(predicates: Any) -> str:
+    """DNF predicates (any literal type) as a data source option string."""
+    from pyspark import cloudpickle
+
+    return _PRED_PREFIX + base64.b64encode(cloudpickle.dumps(parse(predicates))).decode("ascii")
+
+
+def decode_predicates(text: str | None) -> DNF | None:
+    """The ``predicates`` option: JSON DNF (``[[["x", "==", 1]]]``) or :func:`encode_predicates`."""
+    if not text:
+        return None
+    if text.startswith(_PRED_PREFIX):
+        from pyspark import cloudpickle
+
+        return cloudpickle.loads(base64.b64decode(text[len(_PRED_PREFIX):]))
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"option predicates must be JSON DNF such as [[[\"x\", \"==\", 1]]], got {text!r}") from exc
+    return parse(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSource:
+    """What a Spark read of one dataset version needs (picklable; resolved on the driver)."""
+
+    store: Callable[[], Store]
+    dataset_uuid: str
+    version: int | None
+    table: str | None
+    schema: pa.Schema  # the dataset's normalized schema
+    spark_schema: StructType  # what the DataFrame has (after ``columns``)
+    predicates: DNF | None = None
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    min_partitions: int = 1
+    guard: str | None = None  # name of the always-true guard column (see GUARD_COLUMN)
+
+    @property
+    def columns(self) -> list[str]:
+        """The dataset columns the DataFrame reads (the guard column is not one)."""
+        return [n for n in self.spark_schema.fieldNames() if n != self.guard]
+
+
+def _parse_as_of(text: str) -> dt.datetime:
+    try:
+        return dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidArgumentError(f"option as_of must be an ISO timestamp, got {text!r}") from exc
+
+
+def resolve_source(options: Mapping[str, str]) -> ReadSource:
+    """Resolve data source options: store, dataset, version (``version`` / ``as_of``), schema."""
+    from kstore.blocks.history import version_as_of
+    from kstore.spark.writer import spark_store_factory
+
+    path = options.get("path") or options.get("store")
+    if not path:
+        raise InvalidArgumentError("the kstore data source needs a store: .load(url) or .option('store', url)")
+    uuid = options.get("dataset_uuid")
+    if not uuid:
+        raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
+    store = decode_store(path)
+    factory = spark_store_factory(store)
+    st = open_store(factory)
+    version_opt, as_of_opt = options.get("version"), options.get("as_of")
+    if version_opt is not None and as_of_opt is not None:
+        raise InvalidArgumentError("pass the option version or as_of, not both")
+    version: int | None
+    if as_of_opt is not None:
+        version = version_as_of(st, uuid, _parse_as_of(as_of_opt))
+    elif version_opt is not None:
+        try:
+            version = int(version_opt)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"option version must be an integer, got {version_opt!r}") from exc
+    else:
+        version = None
+    if version is None:
+        meta = load.load_metadata(st, uuid)[0]
+    else:
+        meta = load.load_version(st, uuid, version)
+    table = options.get("table") or None
+    schema = load.load_schema(st, meta, table)
+    sspark = spark_schema(schema, hint=schema_hint(meta.metadata))
+    columns = options.get("columns")
+    if columns:
+        names = [c.strip() for c in columns.split(",") if c.strip()]
+        missing = [c for c in names if c not in schema.names]
+        if missing:
+            from kstore.errors import ColumnNotFoundError
+
+            raise ColumnNotFoundError(
+                f"dataset {uuid!r}: columns {missing} do not exist (columns: {', '.join(schema.names)})"
+            )
+        from pyspark.sql.types import StructType
+
+        sspark = StructType([sspark[c] for c in names])
+    pbytes = int(options.get("partition_bytes") or DEFAULT_PARTITION_BYTES)
+    if pbytes <= 0:
+        raise InvalidArgumentError(f"option partition_bytes must be positive, got {pbytes}")
+    try:
+        min_parts = int(options.get("min_partitions") or (os.cpu_count() or 1))
+    except ValueError as exc:
+        raise InvalidArgumentError(f"option min_partitions must be an integer, got {options['min_partitions']!r}") from exc
+    guard = None
+    if str(options.get("scan_guard", "")).lower() == "true":
+        from pyspark.sql.types import BooleanType, StructField, StructType
+
+        if GUARD_COLUMN in schema.names:
+            raise InvalidArgumentError(f"dataset {uuid!r} has a column named {GUARD_COLUMN!r}; read it without scan_guard")
+        guard = GUARD_COLUMN
+        sspark = StructType(list(sspark.fields) + [StructField(GUARD_COLUMN, BooleanType(), True)])
+    return ReadSource(
+        store=factory,
+        dataset_uuid=uuid,
+        version=meta.version,
+        table=table,
+        schema=schema,
+        spark_schema=sspark,
+        predicates=decode_predicates(options.get("predicates")),
+        partition_bytes=pbytes,
+        min_partitions=max(1, min_parts),
+        guard=guard,
+    )
+
+
+# -- filters ------------------------------------------------------------------------------
+
+_BINARY_OPS = {"EqualTo": "==", "GreaterThan": ">", "GreaterThanOrEqual": ">=", "LessThan": "<",
+               "LessThanOrEqual": "<="}
+_NEGATED = {"EqualTo": "!=", "In": "not in", "IsNull": "is not null", "IsNotNull": "is null"}
+#: on float columns Spark orders NaN above everything and NaN = NaN; Arrow does not.
+#: These ops match no NaN in either, so they may prune; Spark still re-checks them.
+_FLOAT_SAFE = {"==", "in", "<", "<="}
+
+
+def _literal(value: Any, t: pa.DataType) -> Any:
+    if isinstance(value, Decimal) and pat.is_integer(t) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+def filter_to_term(f: Any, schema: pa.Schema) -> tuple[Term | None, bool]:
+    """A Spark data source filter as a kstore term, and whether kstore evaluates it exactly.
+
+    ``(None, False)``: kstore cannot use the filter (Spark keeps it). An inexact term
+    (float comparisons, where Spark's NaN semantics differ from Arrow's) only prunes;
+    Spark still evaluates the filter.
+    """
+    name = type(f).__name__
+    negated = name == "Not"
+    if negated:
+        f = f.child
+        name = type(f).__name__
+        if name not in _NEGATED:
+            return None, False
+    attr = getattr(f, "attribute", None)
+    if not isinstance(attr, tuple) or len(attr) != 1 or schema.get_field_index(attr[0]) < 0:
+        return None, False
+    column = attr[0]
+    t = schema.field(column).type
+    if pat.is_dictionary(t):
+        t = t.value_type
+    value = getattr(f, "value", None)
+    if name == "IsNull":
+        term = Term(column, "is not null" if negated else "is null")
+    elif name == "IsNotNull":
+        term = Term(column, "is null" if negated else "is not null")
+    elif name == "In":
+        values = tuple(v for v in value if v is not None)
+        if negated and len(values) != len(value):
+            return None, False  # x NOT IN (.., NULL) is never true: leave it to Spark
+        if any(isinstance(v, float) and math.isnan(v) for v in values):
+            return None, False
+        term = Term(column, "not in" if negated else "in", tuple(_literal(v, t) for v in values))
+    elif name == "EqualTo" or (name == "EqualNullSafe" and not negated):
+        if value is None:
+            if name != "EqualNullSafe":
+                return None, False
+            term = Term(column, "is null")
+        else:
+            if isinstance(value, float) and math.isnan(value):
+                return None, False
+            term = Term(column, "!=" if negated else "==", _literal(value, t))
+    elif name in _BINARY_OPS and not negated:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None, False
+        term = Term(column, _BINARY_OPS[name], _literal(value, t))
+    else:
+        return None, False
+    try:
+        bind(((term,),), schema)
+    except (KstoreError, TypeError, ValueError, OverflowError):
+        return None, False
+    if pat.is_floating(t) and term.op not in ("is null", "is not null"):
+        if term.op not in _FLOAT_SAFE:
+            return None, False
+        return term, False
+    return term, True
+
+
+# -- planning -----------------------------------------------------------------------------
+
+
+def _combine(predicates: DNF | None, pushed: Sequence[Term]) -> DNF | None:
+    if not pushed:
+        return predicates
+    if predicates is None:
+        return (tuple(pushed),)
+    return tuple(tuple(conj) + tuple(pushed) for conj in predicates)
+
+
+def plan(source: ReadSource, pushed: Sequence[Term] = ()) -> tuple[ReadPlan, pa.Table | None]:
+    """Plan the read; return the plan (store calls counted) and the per-file statistics.
+
+    Store calls: 1 get for the metadata, 1 per secondary index a predicate uses, 1 for the
+    statistics (always: they size the Spark partitions, and prune ``is null`` terms and
+    columns without an index).
+    """
+    counting = CountingStore(source.store())
+    uuid = source.dataset_uuid
+    if source.version is None:
+        meta = load.load_metadata(counting, uuid)[0]
+    else:
+        meta = load.load_version(counting, uuid, source.version)
+    schema = load.load_schema(counting, meta, source.table)
+    dnf = _combine(source.predicates, pushed)
+    idx_cols = [c for c in columns_of(dnf) if c not in meta.partition_keys
+                and (c in meta.indices or c in meta.inline_indices)]
+    indices = load.load_indices(counting, meta, idx_cols, schema)
+    stats = load.load_stats(counting, meta)
+    result = plan_read(meta, schema, dnf, source.columns, indices=indices, stats=stats, table=source.table,
+                       store_calls=dict(counting.calls))
+    return result, stats
+
+
+def group_tasks(tasks: Sequence[ReadTask], sizes: Mapping[str, int], partition_bytes: int,
+                min_partitions: int = 1) -> list[tuple[ReadTask, ...]]:
+    """Planned files grouped into Spark input partitions, the way Spark splits files.
+
+    As Spark's file sources: each file costs its size plus :data:`OPEN_COST_BYTES`; a group
+    holds at most ``min(partition_bytes, max(OPEN_COST_BYTES, total / min_partitions))``,
+    so small reads still spread over ``min_partitions`` tasks and big ones get groups of
+    about ``partition_bytes``. Files of unknown size count as ``partition_bytes``.
+    """
+    costs = [(sizes.get(t.label, partition_bytes) or 0) + OPEN_COST_BYTES for t in tasks]
+    total = sum(costs)
+    limit = min(partition_bytes, max(OPEN_COST_BYTES, total // max(1, min_partitions)))
+    groups: list[tuple[ReadTask, ...]] = []
+    cur: list[ReadTask] = []
+    acc = 0
+    for task, cost in zip(tasks, costs):
+        if cur and acc + cost > limit:
+            groups.append(tuple(cur))
+            cur, acc = [], 0
+        cur.append(task)
+        acc += cost
+    if cur:
+        groups.append(tuple(cur))
+    return groups
+
+
+def plan_partitions(source: ReadSource, pushed: Sequence[Term] = ()) -> tuple[ReadPlan, list[ReadPlan]]:
+    """The full plan and one sub-plan (the same plan with a group of its tasks) per
+    Spark input partition. File sizes for grouping come from the statistics (1 get)."""
+    full, stats = plan(source, pushed)
+    sizes: dict[str, int] = {}
+    if stats is not None and len(full.tasks) > 1:
+        sizes = dict(zip(stats.column("label").to_pylist(), stats.column("bytes").to_pylist()))
+    groups = group_tasks(full.tasks, sizes, source.partition_bytes, source.min_partitions)
+    return full, [replace(full, tasks=g) for g in groups]
+
+
+def read_partition(source: ReadSource, part: ReadPlan, store: Store | None = None) -> Iterator[pa.RecordBatch]:
+    """Executor side: read one group of planned files as Spark-typed Arrow batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(source.spark_schema, timezone="UTC")
+    st = store if store is not None else source.store()
+    columns = source.columns
+    for task in part.tasks:
+        table = read_task(st, part, task, columns)
+        if table.num_rows == 0:
+            continue
+        if source.guard is not None:
+            table = table.append_column(source.guard, pa.repeat(pa.scalar(True), table.num_rows))
+        yield from to_spark_batches(table, target, BATCH_ROWS)
+

@@ -1,0 +1,446 @@
+"""Spark writes: executors write Parquet files, the driver makes one commit.
+
+The shape is prepare -> write -> commit (lance's fragments, dask's ``ToParquetBarrier``):
+
+1. :func:`prepare_write` (driver) checks everything that can be checked before a file is
+   written (types, partition and index columns, the mode against the current version,
+   the schema against the dataset's) and returns a picklable :class:`WriteJob`;
+2. :func:`write_batches` (executors) turns one Spark partition's Arrow batches into
+   bounded chunks and calls :func:`kstore.blocks.write.write_partitions` on each; only
+   :class:`~kstore.blocks.write.WrittenFile` records (keys, row counts, statistics,
+   distinct values of indexed columns) go back to the driver;
+3. :func:`commit_files` (driver) builds the :class:`~kstore.core.operations.Operation` and
+   calls :func:`kstore.blocks.commit.commit` once.
+
+A task attempt that fails deletes what it wrote (best effort); a killed, failed or
+speculative attempt's files are never reported, so they are orphans that
+:func:`kstore.garbage_collect` removes once they are older than its retention. A job
+that fails commits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from kstore.blocks import load
+from kstore.blocks.job import WriteJob as CoreJob
+from kstore.blocks.job import check_schema, delete_files, finish_write
+from kstore.blocks.job import prepare_write as prepare_core
+from kstore.blocks.scope import resolve_scope
+from kstore.blocks.write import WrittenFile, write_partitions
+from kstore.core import naming
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
+from kstore.errors import (
+    DatasetNotFoundError,
+    InvalidArgumentError,
+    StoreError,
+)
+from kstore.io.store import Store, StoreLike, open_store, store_factory
+from kstore.spark.types import SPARK_SCHEMA_KEY, arrow_schema, schema_hint, to_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "WriteJob",
+    "prepare_write",
+    "write_batches",
+    "commit_files",
+    "cleanup_files",
+    "store_dataset",
+    "update_dataset",
+    "spark_store_factory",
+    "DEFAULT_CHUNK_BYTES",
+]
+
+WriteMode = Literal["error", "append", "overwrite", "overwrite_partitions"]
+Shuffle = Literal["none", "repartition", "sort"]
+
+#: Arrow bytes an executor buffers before writing a chunk (one file per partition value).
+DEFAULT_CHUNK_BYTES = 256 * 1024 * 1024
+_PAYLOAD_SCHEMA = "payload binary"
+
+
+@dataclass(frozen=True, slots=True)
+class WriteJob:
+    """A write resolved on the driver (picklable: executors and the commit worker get it).
+
+    ``core`` is the shared :class:`kstore.blocks.job.WriteJob` (partition columns, indices,
+    base version, scope, transaction) that :func:`kstore.blocks.job.finish_write` commits;
+    the rest is what Spark executors need to turn Arrow batches into files.
+    """
+
+    core: CoreJob
+    store: Callable[[], Store]
+    file_schema: pa.Schema
+    schema: pa.Schema
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+
+    @property
+    def dataset_uuid(self) -> str:
+        return self.core.dataset_uuid
+
+    @property
+    def partition_on(self) -> tuple[str, ...]:
+        return self.core.partition_on
+
+    @property
+    def index_columns(self) -> tuple[str, ...]:
+        return self.core.index_columns
+
+    @property
+    def table_name(self) -> str:
+        return self.core.table_name
+
+    @property
+    def committed(self) -> bool:
+        return self.core.already_committed
+
+
+def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """Column names; a string may list several, comma-separated (data source options)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
+    return tuple(value)
+
+
+class _StoreFactory:
+    """Rebuilds a store on an executor (pickled with Spark's cloudpickle)."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def __call__(self) -> Store:
+        return open_store(self.target)
+
+    def __repr__(self) -> str:
+        return f"spark_store_factory({self.target!r})"
+
+
+def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
+    """A picklable store factory executors can use; memory stores are refused.
+
+    URLs (and stores that have one) travel as URLs; other stores and factories travel
+    pickled with cloudpickle (checked here, on the driver). Spark runs Python code in
+    separate worker processes, even in local mode, so a ``memory://`` store would be a
+    different, empty store on every executor.
+    """
+    from kstore.io.memory import MemoryStore
+
+    if isinstance(store, _StoreFactory):
+        return store
+    if isinstance(store, str) and not store.startswith("memory://"):
+        return store_factory(store)
+    opened = MemoryStore() if isinstance(store, str) else open_store(store)
+    if isinstance(opened, MemoryStore):
+        raise InvalidArgumentError(
+            "Spark executors run in separate Python processes, so a memory store cannot be shared "
+            "with them; use a local directory, file://, s3:// or another shared store"
+        )
+    url = getattr(opened, "url", None)
+    if isinstance(url, str) and url:
+        return store_factory(url)
+    target = store if callable(store) and not isinstance(store, Store) else opened
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(target)
+    except Exception as exc:
+        raise StoreError(
+            f"store {type(target).__name__} cannot be pickled for Spark executors; pass a URL or a "
+            "picklable factory"
+        ) from exc
+    return _StoreFactory(target)
+
+
+def _tz_like_base(file_schema: pa.Schema, base_schema: pa.Schema) -> pa.Schema:
+    """Write timestamp columns in the zone the dataset already uses (same instants)."""
+    fields = []
+    for f in file_schema:
+        t = f.type
+        i = base_schema.get_field_index(f.name)
+        if i >= 0 and pat.is_timestamp(t) and t.tz is not None:
+            bt = base_schema.field(i).type
+            if pat.is_timestamp(bt) and bt.tz is not None and bt.tz != t.tz:
+                t = pa.timestamp(t.unit, bt.tz)
+        fields.append(pa.field(f.name, t))
+    return pa.schema(fields)
+
+
+def _merge_hint(base: DatasetMetadata | None, spark_schema: StructType) -> str:
+    """The Spark schema to record: the base's hint, updated with this write's columns."""
+    from pyspark.sql.types import StructType
+
+    fields = {f.name: f for f in spark_schema.fields}
+    old = schema_hint(base.metadata) if base is not None else None
+    if old is not None:
+        merged = [fields.pop(f.name, f) for f in old.fields] + list(fields.values())
+        spark_schema = StructType(merged)
+    return json.dumps(spark_schema.jsonValue(), separators=(",", ":"))
+
+
+def prepare_write(
+    store: StoreLike,
+    dataset_uuid: str,
+    spark_schema: StructType,
+    *,
+    mode: WriteMode = "error",
+    require_existing: bool = False,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat | None = None,
+    table_name: str = naming.DEFAULT_TABLE,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    txn: tuple[str, int] | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> WriteJob:
+    """Check a write against the store and the Spark schema; nothing is written.
+
+    ``mode``: ``"error"`` creates (the dataset must not exist), ``"overwrite"`` replaces
+    (or creates), ``"append"`` adds files (creating the dataset if missing, unless
+    ``require_existing``), ``"overwrite_partitions"`` replaces every partition value the
+    new data touches (kartothek's update with ``delete_scope``; Spark's dynamic
+    partition overwrite).
+    """
+    factory = spark_store_factory(store)
+    if not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
+        raise InvalidArgumentError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
+    if isinstance(txn, list):
+        txn = tuple(txn)
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    file_schema = arrow_schema(spark_schema, dataset=dataset_uuid)  # unsupported types fail here
+    core = prepare_core(factory(), dataset_uuid, mode=mode, partition_on=_as_tuple(partition_on, "partition_on"),
+                        secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name, schema_mode=schema_mode,
+                        delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format, txn=txn,
+                        must_exist=require_existing)
+    if core.base_schema is not None and not core.creates:
+        file_schema = _tz_like_base(file_schema, core.base_schema)
+    schema = check_schema(core, file_schema.empty_table())
+    if delete_scope and not core.creates:
+        resolve_scope(core.base, core.base_schema, list(delete_scope))  # validate the scope now
+    user_meta = dict(metadata or {})
+    user_meta[SPARK_SCHEMA_KEY] = _merge_hint(None if core.creates else core.base, spark_schema)
+    return WriteJob(core=replace(core, metadata=user_meta), store=factory, file_schema=file_schema,
+                    schema=schema, chunk_bytes=chunk_bytes)
+
+
+def _chunks(batches: Iterable[pa.RecordBatch], target: pa.Schema, chunk_bytes: int) -> Iterator[pa.Table]:
+    buf: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        buf.append(batch)
+        size += batch.nbytes
+        if size >= chunk_bytes:
+            yield to_storage(buf, target)
+            buf, size = [], 0
+    if buf:
+        yield to_storage(buf, target)
+
+
+def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[list[WrittenFile]]:
+    """Executor side: write one Spark partition's batches; yield the files of each chunk.
+
+    Memory is bounded by ``job.chunk_bytes`` (plus Parquet encoding buffers). If anything
+    fails (or the consumer stops early), every file this call wrote is deleted before the
+    error propagates, so a failed task attempt leaves nothing behind when it can help it.
+    """
+    if job.committed:
+        for _ in batches:
+            pass
+        return
+    store = job.store()
+    written: list[WrittenFile] = []
+    try:
+        for table in _chunks(batches, job.file_schema, job.chunk_bytes):
+            files = write_partitions(store, job.dataset_uuid, table, partition_on=job.partition_on,
+                                     index_columns=job.index_columns, table_name=job.table_name)
+            written.extend(files)
+            yield files
+    except BaseException:
+        cleanup_files(store, written)
+        raise
+
+
+def cleanup_files(store: Store, files: Iterable[WrittenFile]) -> None:
+    """Delete written files, best effort (GC removes what is left)."""
+    delete_files(store, list(files))
+
+
+def commit_files(job: WriteJob, files: Sequence[WrittenFile]) -> DatasetMetadata:
+    """Driver side: the one commit of everything the successful task attempts wrote
+    (:func:`kstore.blocks.job.finish_write`); on error the files are deleted."""
+    schema = job.schema if (files or job.core.creates) else None
+    return finish_write(job.core, files, schema)
+
+
+class _MapWriter:
+    """The ``mapInArrow`` function: one payload row (pickled WrittenFiles) per chunk."""
+
+    def __init__(self, job: WriteJob) -> None:
+        self.job = job
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for files in write_batches(self.job, batches):
+            payload = pa.array([pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL)], pa.binary())
+            yield pa.RecordBatch.from_arrays([payload], names=["payload"])
+
+
+def _shuffled(df: DataFrame, job: WriteJob, shuffle: Shuffle | None) -> DataFrame:
+    if shuffle is None:
+        shuffle = "none"
+    if shuffle not in ("none", "repartition", "sort"):
+        raise InvalidArgumentError(f"shuffle must be 'none', 'repartition' or 'sort', got {shuffle!r}")
+    if not job.partition_on or shuffle == "none":
+        return df
+    if shuffle == "repartition":
+        return df.repartition(*job.partition_on)
+    return df.sortWithinPartitions(*job.partition_on)
+
+
+def _run(df: DataFrame | None, job: WriteJob, shuffle: Shuffle | None) -> DatasetMetadata:
+    files: list[WrittenFile] = []
+    if df is not None and not job.committed:
+        mapped = _shuffled(df, job, shuffle).mapInArrow(_MapWriter(job), _PAYLOAD_SCHEMA)
+        for row in mapped.collect():  # metadata only: one small row per written chunk
+            files.extend(pickle.loads(row[0]))
+    return commit_files(job, files)
+
+
+def _check_df(df: Any) -> None:
+    from pyspark.sql import DataFrame
+
+    if not isinstance(df, DataFrame):
+        raise InvalidArgumentError(f"df must be a Spark DataFrame, got {type(df).__name__}")
+
+
+def store_dataset(
+    df: DataFrame,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat | None = None,
+    table_name: str = naming.DEFAULT_TABLE,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    shuffle: Shuffle | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Write a Spark DataFrame as a kstore dataset: executors write, the driver commits once.
+
+    Executors receive Arrow batches (``mapInArrow``; no data reaches the driver and
+    nothing goes through pandas), write one Parquet file per partition value and chunk,
+    and send back file metadata; the driver builds the indices and commits one version.
+
+    Parameters
+    ----------
+    df
+        The data. Column types must map to kstore (see :mod:`kstore.spark.types`);
+        an unsupported type raises before any file is written.
+    store
+        A URL, path or store that executors can reach (not ``memory://``).
+    mode
+        ``"error"`` (the dataset must not exist), ``"overwrite"`` (replace it),
+        ``"append"`` (add files; creates the dataset when missing) or
+        ``"overwrite_partitions"`` (replace the partition values the data touches).
+    shuffle
+        How rows are grouped before the write when ``partition_on`` is given: ``"none"``
+        (default; each task writes one file per partition value it holds, per
+        ``chunk_bytes`` of data), ``"repartition"`` (``df.repartition(*partition_on)``:
+        one file per partition value, one shuffle) or ``"sort"``
+        (``sortWithinPartitions``: fewer files per chunk without a shuffle).
+    chunk_bytes
+        Arrow bytes an executor buffers per chunk (bounds its memory).
+    txn
+        ``(app_id, version)``: a retry of an already committed write commits nothing and
+        returns the committed metadata (idempotent jobs).
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Examples
+    --------
+    With a SparkSession and a DataFrame ``df`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        ks.store_dataset(df, "/data/store", "sales", partition_on=["day"], secondary_indices=["location"])
+    """
+    _check_df(df)
+    job = prepare_write(store, dataset_uuid, df.schema, mode=mode, partition_on=partition_on,
+                        secondary_indices=secondary_indices, metadata=metadata,
+                        metadata_format=metadata_format, table_name=table_name, schema_mode=schema_mode,
+                        txn=txn, chunk_bytes=chunk_bytes)
+    return _run(df, job, shuffle)
+
+
+def update_dataset(
+    df: DataFrame | None,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    schema_mode: Literal["strict", "merge"] = "strict",
+    shuffle: Shuffle | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    txn: tuple[str, int] | None = None,
+) -> DatasetMetadata:
+    """Append ``df`` to an existing dataset and/or delete partitions, in one commit.
+
+    As :func:`kstore.update_dataset`: ``delete_scope`` is a list of ``{partition column:
+    value}`` dicts; ``mode="overwrite_partitions"`` replaces every partition value the new
+    data touches; a concurrent writer that changed partitions inside the scope makes the
+    commit fail with :class:`~kstore.errors.CommitConflictError` (nothing committed).
+    ``df=None`` only deletes.
+    """
+    if mode not in ("append", "overwrite_partitions"):
+        raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
+    if df is None:
+        if not delete_scope:
+            raise InvalidArgumentError("update_dataset needs a DataFrame or a delete_scope")
+        base, _ = load.load_latest(open_store(store), dataset_uuid)
+        if base is None:
+            raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+        job = _delete_only_job(store, base, delete_scope, metadata, txn)
+        return _run(None, job, None)
+    _check_df(df)
+    job = prepare_write(store, dataset_uuid, df.schema, mode=mode, require_existing=True,
+                        partition_on=partition_on, secondary_indices=secondary_indices,
+                        delete_scope=delete_scope, metadata=metadata, schema_mode=schema_mode, txn=txn,
+                        chunk_bytes=chunk_bytes)
+    return _run(df, job, shuffle)
+
+
+def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequence[Mapping[str, Any]],
+                     metadata: Mapping[str, Any] | None, txn: tuple[str, int] | None) -> WriteJob:
+    factory = spark_store_factory(store)
+    core = prepare_core(factory(), base.uuid, mode="append", delete_scope=delete_scope, metadata=metadata,
+                        txn=txn, must_exist=True)
+    resolve_scope(core.base, core.base_schema, list(delete_scope))
+    return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)
