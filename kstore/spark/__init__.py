@@ -56,9 +56,11 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
 
     Examples
     --------
-    >>> import kstore.spark as ks                                              # doctest: +SKIP
-    >>> ks.register(spark)                                                     # doctest: +SKIP
-    >>> spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")  # doctest: +SKIP
+    With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        ks.register(spark)
+        spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")
     """
     if filter_pushdown:
         spark.conf.set(_PUSHDOWN_CONF, "true")
