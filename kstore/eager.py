@@ -184,7 +184,10 @@ def plan_read(
     pcols = columns_of(dnf)
     idx_cols = [c for c in pcols if c not in meta.partition_keys and (c in meta.indices or c in meta.inline_indices)]
     indices = load.load_indices(counting, meta, idx_cols, schema)
-    need_stats = any(c not in meta.partition_keys and c not in indices for c in pcols)
+    need_stats = any(
+        t.column not in meta.partition_keys and (t.column not in indices or t.op == "is null")
+        for conj in dnf or () for t in conj
+    )
     stats = load.load_stats(counting, meta) if need_stats else None
     return _plan(meta, schema, predicates, columns, indices=indices, stats=stats, table=table,
                  store_calls=dict(counting.calls))
