@@ -98,9 +98,11 @@ def read_dataset(
 
     Examples
     --------
-    >>> import kstore.spark as ks                                              # doctest: +SKIP
-    >>> df = ks.read_dataset(spark, "/data/store", "sales")                    # doctest: +SKIP
-    >>> df.filter("location = 7 AND day >= DATE'2024-01-20'").count()         # doctest: +SKIP
+    With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        df = ks.read_dataset(spark, "/data/store", "sales")
+        df.filter("location = 7 AND day >= DATE'2024-01-20'").count()
     """
     register(spark)
     reader = spark.read.format("kstore").option("dataset_uuid", dataset_uuid)
