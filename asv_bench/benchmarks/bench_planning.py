@@ -9,7 +9,7 @@ import kstore
 
 from .common import Q_LOCATION, START_DAY, single_row_partitions
 
-SIZES = [1_000, 10_000]
+SIZES = [1_000, 10_000, 100_000]
 
 
 class PlanManyPartitions:

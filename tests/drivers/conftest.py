@@ -123,8 +123,8 @@ def budget_frame(n: int) -> pd.DataFrame:
     return pd.DataFrame({"k": k, "x": k % 50, "y": [f"s{i % 7}" for i in k], "v": k * 1.0})
 
 
-@pytest.fixture(scope="module", params=[("file", 10), ("memory", 10), ("file", 2000), ("memory", 2000)],
-                ids=["file-10", "memory-10", "file-2000", "memory-2000"])
+@pytest.fixture(scope="module", params=[("file", 10), ("memory", 10), ("memory", 10_000)],
+                ids=["file-10", "memory-10", "memory-10000"])
 def budget_store(request, new_store) -> tuple[str, int]:
     kind, n = request.param
     url = new_store(kind)

@@ -36,10 +36,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+
+def locate_fixtures() -> Path:
+    """The kartothek fixture set: $KSTORE_INTEROP_FIXTURES, else ``shared/`` beside the
+    checkout (or any parent of it), else /work/shared."""
+    if os.environ.get("KSTORE_INTEROP_FIXTURES"):
+        return Path(os.environ["KSTORE_INTEROP_FIXTURES"])
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "interop" / "kartothek-5.3"
+        if candidate.is_dir():
+            return candidate
+    return Path("/work/shared/interop/kartothek-5.3")
+
+
 #: Root of the fixture set; override with KSTORE_INTEROP_FIXTURES for another copy.
-FIXTURE_ROOT = Path(
-    os.environ.get("KSTORE_INTEROP_FIXTURES", "/work/shared/interop/kartothek-5.3")
-)
+FIXTURE_ROOT = locate_fixtures()
 EXPECTED_DIR = FIXTURE_ROOT / "expected"
 SOURCE_STORE = FIXTURE_ROOT / "store"
 
