@@ -156,21 +156,30 @@ def commit(
     scope: Callable[[DatasetMetadata], set[str]] | None = None,
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
+    known_base: tuple[DatasetMetadata, MetadataFormat] | None = None,
 ) -> DatasetMetadata:
     """Commit ``op`` as the next version of ``dataset_uuid``; return the new metadata.
 
     ``files`` are the data files the operation adds (their statistics and index values
     feed the new version's statistics and indices); ``schema`` is the normalized schema of
     the new data. Re-submitting an already committed ``op.txn`` returns the committed
-    version unchanged (idempotent writes).
+    version unchanged (idempotent writes). ``known_base`` is the (metadata, format) the
+    caller just loaded: the first attempt then costs one existence probe instead of a reload.
     """
     naming.validate_name(dataset_uuid)
     if files and not op.added:
         op = replace(op, added=added_files(files))
     prebuilt = dict(prebuilt_indices or {})
     delay = 0.01
-    for _attempt in range(max_attempts):
-        base, base_fmt = load.load_latest(store, dataset_uuid)
+    for attempt in range(max_attempts):
+        if attempt == 0 and known_base is not None:
+            # the caller just loaded it: one probe says whether it is still the newest
+            base, base_fmt = known_base
+            nxt = 0 if base.version is None else base.version + 1
+            if store.exists(naming.log_key(dataset_uuid, nxt)):
+                base, base_fmt = load.load_latest(store, dataset_uuid)
+        else:
+            base, base_fmt = load.load_latest(store, dataset_uuid)
         if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
             return base
         if op.kind == "upgrade" and base is not None and base.version is not None:

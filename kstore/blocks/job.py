@@ -83,6 +83,7 @@ class WriteJob:
     metadata: Mapping[str, Any] | None = None
     metadata_format: MetadataFormat | None = None
     txn: tuple[str, int] | None = None
+    base_format: MetadataFormat | None = None
 
     @property
     def creates(self) -> bool:
@@ -132,14 +133,14 @@ def prepare_write(
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
-    base, _ = load.load_latest(store, dataset_uuid)
+    base, base_format = load.load_latest(store, dataset_uuid)
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
                    base_schema=None, schema_mode=schema_mode,
                    delete_scope=tuple(delete_scope) if delete_scope is not None else None,
-                   metadata=metadata, metadata_format=metadata_format, txn=txn)
+                   metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format)
     if job.already_committed:
         return replace(job, partition_on=base.partition_keys, index_columns=())
     if mode == "error" and base is not None:
@@ -231,7 +232,8 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
                            index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
                            table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                      metadata_format=job.metadata_format if job.creates else None)
+                      metadata_format=job.metadata_format if job.creates else None,
+                      known_base=(job.base, job.base_format) if job.base is not None else None)
     except BaseException:
         delete_files(st, files)
         raise

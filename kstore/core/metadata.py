@@ -245,8 +245,8 @@ class DatasetMetadata:
             for key in files.values():
                 if not (isinstance(key, str) and key.startswith(prefix)):
                     naming.validate_dataset_key(uuid, key)  # raises with a precise message
-                parts = key.split("/")
-                if "" in parts or "." in parts or ".." in parts or "\\" in key or "\x00" in key:
+                # cheap screen; the full check only for keys that could hold '.', '..' or ''
+                if "/." in key or "//" in key or key.endswith("/") or "\\" in key or "\x00" in key:
                     naming.validate_key(key)
             if not tables_seen:
                 tables_seen = list(files)
