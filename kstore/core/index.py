@@ -100,10 +100,19 @@ class ColumnIndex:
         enc = table.column("l").combine_chunks().dictionary_encode()
         label_dict = enc.dictionary
         ids = enc.indices.cast(pa.int64())
-        pairs = pa.table({"v": table.column("v"), "i": ids}).group_by(["v", "i"]).aggregate([])
-        pairs = pairs.sort_by([("v", "ascending"), ("i", "ascending")])
-        v = pairs.column("v").combine_chunks()
-        i = pairs.column("i").combine_chunks().to_numpy()
+        pairs = pa.table({"v": table.column("v"), "i": ids})
+        order = pc.sort_indices(pairs, sort_keys=[("v", "ascending"), ("i", "ascending")])
+        v = pairs.column("v").combine_chunks().take(order)
+        i = ids.to_numpy(zero_copy_only=False)[order.to_numpy(zero_copy_only=False)]
+        if len(v) > 1:  # drop repeated (value, partition) pairs: they are adjacent now
+            a, b = v.slice(1), v.slice(0, len(v) - 1)
+            eq = pc.equal(a, b)
+            if pat.is_floating(vtype):  # NaN pairs of one partition are duplicates too
+                eq = pc.or_(eq, pc.and_(pc.is_nan(a), pc.is_nan(b)))
+            same = (i[1:] == i[:-1]) & np.asarray(eq.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            if same.any():
+                keep = np.concatenate(([True], ~same))
+                v, i = v.filter(pa.array(keep)), i[keep]
         n = len(v)
         # NaN sorts last; NaN != NaN, so the NaN pairs form one group by position
         n_real = n - (pc.sum(pc.is_nan(v)).as_py() or 0) if pat.is_floating(vtype) else n
