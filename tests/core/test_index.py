@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.errors import CorruptMetadataError
+from tests.core.conftest import match_value
 
 SETTINGS = settings(max_examples=60, deadline=None)
 FEW = settings(max_examples=30, deadline=None)
@@ -31,27 +32,7 @@ OPS = ["==", "!=", "<", "<=", ">", ">=", "in", "not in", "is not null", "never"]
 
 def _match(v, op, lit) -> bool:
     """SQL/Arrow semantics of ``v op lit`` for one non-null value (NaN compares unequal)."""
-    if op == "is not null":
-        return True
-    if op == "never":
-        return False
-    if op == "==":
-        return v == lit
-    if op == "!=":
-        return v != lit
-    if op == "<":
-        return v < lit
-    if op == "<=":
-        return v <= lit
-    if op == ">":
-        return v > lit
-    if op == ">=":
-        return v >= lit
-    if op == "in":
-        return any(v == x for x in lit)
-    if op == "not in":
-        return all(v != x for x in lit)
-    raise AssertionError(op)
+    return match_value(v, op, lit)
 
 
 def brute(pairs, op, lit) -> set[str]:
