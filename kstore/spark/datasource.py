@@ -70,6 +70,7 @@ from kstore.spark.reader import (
     plan_partitions,
     read_partition,
     resolve_source,
+    store_and_dataset,
 )
 from kstore.spark.writer import (
     DEFAULT_CHUNK_BYTES,
@@ -214,12 +215,7 @@ class KstoreDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> KstoreWriter:
         opts = self.options
-        path = opts.get("path") or opts.get("store")
-        if not path:
-            raise InvalidArgumentError("the kstore data source needs a store: .save(url) or .option('store', url)")
-        uuid = opts.get("dataset_uuid")
-        if not uuid:
-            raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
+        path, uuid = store_and_dataset(opts, "save")
         mode = opts.get("write_mode") or ("overwrite" if overwrite else "append")
         metadata = None
         if opts.get("metadata"):

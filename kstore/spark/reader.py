@@ -144,17 +144,23 @@ def _parse_as_of(text: str) -> dt.datetime:
         raise InvalidArgumentError(f"option as_of must be an ISO timestamp, got {text!r}") from exc
 
 
+def store_and_dataset(options: Any, verb: str) -> tuple[str, str]:
+    """The store path and dataset uuid of data source options (clear errors when missing)."""
+    path = options.get("path") or options.get("store")
+    if not path:
+        raise InvalidArgumentError(f"the kstore data source needs a store: .{verb}(url) or .option('store', url)")
+    uuid = options.get("dataset_uuid")
+    if not uuid:
+        raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
+    return path, uuid
+
+
 def resolve_source(options: Mapping[str, str]) -> ReadSource:
     """Resolve data source options: store, dataset, version (``version`` / ``as_of``), schema."""
     from kstore.blocks.history import version_as_of
     from kstore.spark.writer import spark_store_factory
 
-    path = options.get("path") or options.get("store")
-    if not path:
-        raise InvalidArgumentError("the kstore data source needs a store: .load(url) or .option('store', url)")
-    uuid = options.get("dataset_uuid")
-    if not uuid:
-        raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
+    path, uuid = store_and_dataset(options, "load")
     store = decode_store(path)
     factory = spark_store_factory(store)
     st = open_store(factory)

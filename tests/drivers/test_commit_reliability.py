@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +29,7 @@ import kstore
 from kstore.blocks import load
 from kstore.core import naming
 from kstore.errors import CommitConflictError, VersionNotFoundError
+from tests.drivers._stores import HookStore
 
 HELPER = Path(__file__).with_name("_crash_writer.py")
 UUID = "ds"
@@ -127,45 +127,6 @@ def main_version(url: str) -> int:
 def frame(p: list[str], ids: list[int], x: list[int] | None = None) -> pd.DataFrame:
     return pd.DataFrame({"p": p, "id": ids, "x": x if x is not None else [i % 7 for i in ids],
                          "v": [float(i) for i in ids]})
-
-
-class HookStore:
-    """Wrap a store; ``before(method, key)`` / ``after(method, key, result)`` run around calls."""
-
-    def __init__(self, inner, before: Callable | None = None, after: Callable | None = None) -> None:
-        self.inner = kstore.open_store(inner)
-        self.url = self.inner.url
-        self.before = before or (lambda m, k: None)
-        self.after = after or (lambda m, k, r: None)
-        self.calls: list[tuple[str, str]] = []
-
-    def _call(self, method: str, key: str, *args):
-        self.calls.append((method, key))
-        self.before(method, key)
-        result = getattr(self.inner, method)(key, *args)
-        self.after(method, key, result)
-        return result
-
-    def get(self, key):
-        return self._call("get", key)
-
-    def put(self, key, data):
-        return self._call("put", key, data)
-
-    def put_if_absent(self, key, data):
-        return self._call("put_if_absent", key, data)
-
-    def delete(self, key):
-        return self._call("delete", key)
-
-    def exists(self, key):
-        return self._call("exists", key)
-
-    def open(self, key):
-        return self._call("open", key)
-
-    def iter_prefix(self, prefix):
-        return iter(list(self._call("iter_prefix", prefix)))
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from kstore.errors import (
     InvalidArgumentError,
     VersionNotFoundError,
 )
+from tests.drivers._stores import HookStore
 
 UUID = "ds"
 
@@ -63,41 +64,8 @@ def by_id(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("id", kind="stable").reset_index(drop=True)
 
 
-class RecordingStore:
-    """Wrap a store; record every call; ``before(method, key)`` may interfere."""
-
-    def __init__(self, inner, before=None) -> None:
-        self.inner = kstore.open_store(inner)
-        self.url = self.inner.url
-        self.before = before
-        self.calls: list[tuple[str, str]] = []
-
-    def _call(self, method, key, *args):
-        self.calls.append((method, key))
-        if self.before is not None:
-            self.before(method, key)
-        return getattr(self.inner, method)(key, *args)
-
-    def get(self, key):
-        return self._call("get", key)
-
-    def put(self, key, data):
-        return self._call("put", key, data)
-
-    def put_if_absent(self, key, data):
-        return self._call("put_if_absent", key, data)
-
-    def delete(self, key):
-        return self._call("delete", key)
-
-    def exists(self, key):
-        return self._call("exists", key)
-
-    def open(self, key):
-        return self._call("open", key)
-
-    def iter_prefix(self, prefix):
-        return iter(list(self._call("iter_prefix", prefix)))
+#: records every call; ``before(method, key)`` may interfere
+RecordingStore = HookStore
 
 
 def build_versions(url: str) -> dict[int, set[int]]:
