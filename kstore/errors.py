@@ -28,6 +28,7 @@ __all__ = [
     "CommitStateUnknownError",
     "VersionNotFoundError",
     "StoreError",
+    "UnsafeStoreWarning",
 ]
 
 
@@ -97,7 +98,20 @@ class CommitConflictError(KstoreError):
 
 
 class CommitStateUnknownError(KstoreError):
-    """The commit may or may not have happened (the store failed mid-commit). Reload to see."""
+    """The store failed after the commit point, or while kstore checked whether it was reached.
+
+    Nothing of the write is deleted, so the write is never half-done. ``committed`` says
+    what kstore knows: ``True`` — the version IS committed (its log entry is claimed; only
+    publishing the main metadata file failed, which kstore readers do not need and the next
+    commit repairs); ``None`` — the store failed while the claim was confirmed, so the
+    version may be committed: ``history()``, or re-running the write with the same ``txn``
+    (idempotent), tells.
+    """
+
+    def __init__(self, message: str, *, committed: bool | None = None, version: int | None = None) -> None:
+        super().__init__(message)
+        self.committed = committed
+        self.version = version
 
 
 class VersionNotFoundError(KstoreError, KeyError):
@@ -105,3 +119,12 @@ class VersionNotFoundError(KstoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class UnsafeStoreWarning(UserWarning):
+    """The store cannot create a key atomically across processes (check-then-put).
+
+    One writer process at a time is safe; two processes committing to one dataset through
+    such a store could both claim the same version. Use a local directory, S3 or memory
+    store for concurrent writers.
+    """

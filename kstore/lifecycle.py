@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
-from kstore.blocks.gc import GCResult, collect_garbage, delete_all
+from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect_garbage, delete_all
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
@@ -152,20 +152,54 @@ def garbage_collect(
     store: StoreLike,
     dataset_uuid: str,
     *,
-    retention: timedelta = timedelta(days=7),
+    retention: timedelta = DEFAULT_RETENTION,
     dry_run: bool = False,
+    enforce_retention_duration: bool = True,
 ) -> GCResult:
-    """Delete files no retained version references and expire old log entries.
+    """Expire versions older than ``retention`` and delete the files nothing retained references.
 
-    ``retention=timedelta(0)`` keeps only the newest version (and forgets time travel).
+    Versions committed within ``retention`` stay readable (time travel), and so does the
+    newest one committed before it. Unreferenced files written before ``now - retention``
+    are deleted: debris of failed writes, and files only expired versions used.
+
+    Safe beside any writer, at any retention: before deleting a file, GC commits a
+    ``vacuum`` version, and a write still running that started before the cutoff then
+    fails with :class:`~kstore.errors.CommitConflictError` instead of committing files that
+    may be gone; an acknowledged write is never lost. A retention below 7 days
+    (:data:`~kstore.blocks.gc.MIN_RETENTION`) can therefore fail long writes and reads of
+    old versions, and is refused unless ``enforce_retention_duration=False`` (as Delta
+    Lake's VACUUM does); ``retention=timedelta(0)`` keeps only the newest version.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from datetime import timedelta
+    >>> _ = kstore.store_dataset("memory://gc-doc", "d", pd.DataFrame({"p": [1], "x": [1]}), partition_on="p")
+    >>> _ = kstore.update_dataset("memory://gc-doc", "d", pd.DataFrame({"p": [1], "x": [2]}),
+    ...                           mode="overwrite_partitions")
+    >>> r = kstore.garbage_collect("memory://gc-doc", "d", retention=timedelta(0),
+    ...                            enforce_retention_duration=False)
+    >>> len(r.deleted_files), r.expired_versions, r.fence_version   # v0's data and statistics files
+    (2, (0,), 2)
     """
     if not isinstance(retention, timedelta) or retention < timedelta(0):
         raise InvalidArgumentError(f"retention must be a non-negative timedelta, got {retention!r}")
+    if enforce_retention_duration and retention < MIN_RETENTION:
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r}: retention {retention} is shorter than {MIN_RETENTION.days} days; it can "
+            "fail writes and reads running longer than it (no acknowledged write is lost). Pass "
+            "enforce_retention_duration=False to use it on purpose"
+        )
     return collect_garbage(open_store(store), dataset_uuid, retention=retention, dry_run=dry_run)
 
 
 def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
-    """Delete every key of the dataset (main metadata file last); returns how many."""
+    """Delete the dataset's data, indices, statistics and main metadata file; returns how many keys.
+
+    A ``delete`` version is committed first, so a writer still running against the dataset
+    fails cleanly instead of bringing back half of it; that small log entry stays (and
+    numbering continues if the dataset is created again).
+    """
     return delete_all(open_store(store), dataset_uuid)
 
 

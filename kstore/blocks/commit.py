@@ -1,27 +1,34 @@
 """The one commit every write path uses (eager, iterator, Dask, Spark, index builds, GC).
 
-Protocol (FORMAT.md B.2):
+Protocol (FORMAT.md, "Commit protocol"; every step is a store call or pure):
 
-1. load the newest version (main file + a probe of the log for versions a crashed or
-   concurrent writer claimed but did not publish);
-2. check the operation against it (:func:`kstore.core.operations.check`): a real conflict
-   raises :class:`~kstore.errors.CommitConflictError`, nothing is written;
-3. build the new metadata (pure), write new index and statistics files under fresh keys;
-4. claim version ``v+1`` with an atomic ``put_if_absent`` of its log entry;
+1. find the newest version ``N``: the main file as a hint, then one listing of the log
+   (:func:`kstore.blocks.load.load_head`);
+2. check the operation against it (:func:`kstore.core.operations.check`); refuse files
+   older than the newest garbage collection's orphan cutoff (GC may have deleted them);
+3. build the new metadata (pure), write new index and statistics files under fresh keys,
+   and serialize the log entry and the main file — everything that can fail, before the
+   commit point;
+4. **the commit point**: claim version ``N+1`` with an atomic ``put_if_absent`` of its
+   log entry. The claim is made only on a head listed less than :data:`BASE_MAX_AGE` ago,
+   and a failed or lost claim is confirmed by reading the entry back (its ``commit_id``
+   says whose it is);
 5. publish: rewrite the main metadata file (what kartothek reads) and, if the schema
-   changed, ``_common_metadata``.
+   changed, ``_common_metadata``; then republish whatever newer version a faster writer
+   committed meanwhile, so the main file ends at the newest version.
 
-Losing the race at step 4 means another writer committed first: the files written in
-step 3 are deleted, and the loop goes back to step 1 (appends commute), with backoff,
-up to ``max_attempts`` times.
+Losing the claim means another writer committed first: this attempt's index and
+statistics files are deleted and the loop goes back to step 1 (appends commute), with
+jittered backoff, up to ``max_attempts`` times. After the claim nothing is ever deleted:
+a failure to publish raises :class:`~kstore.errors.CommitStateUnknownError` with
+``committed=True``.
 """
 
 from __future__ import annotations
 
-import random
-import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,16 +36,18 @@ import pyarrow as pa
 
 from kstore import __version__
 from kstore.blocks import load
+from kstore.blocks.load import Head
 from kstore.blocks.read import index_from_store
 from kstore.blocks.write import (
     WrittenFile,
+    common_metadata_bytes,
     index_from_files,
-    write_common_metadata,
     write_index_file,
     write_stats_file,
 )
-from kstore.core import naming, serialize
+from kstore.core import naming, runtime, serialize
 from kstore.core.index import ColumnIndex, index_storage_type
+from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import AddedFile, Operation, apply, check
@@ -47,20 +56,48 @@ from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas
 from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
+    CorruptMetadataError,
     InvalidArgumentError,
+    KeyNotFoundError,
     KstoreError,
+    UnsafeStoreWarning,
+    VersionNotFoundError,
 )
 from kstore.io.store import Store
 
-__all__ = ["commit", "added_files"]
+__all__ = ["commit", "commit_entry", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms"]
+
+#: A commit claims a version only on a log listing younger than this. Log entries are never
+#: deleted before :data:`~kstore.core.log.LOG_MIN_AGE`, so the number it claims cannot have
+#: been used and expired since (the margin covers clock skew and one slow store call).
+BASE_MAX_AGE = LOG_MIN_AGE / 4
+
+_PUBLISH_ATTEMPTS = 3
+_CONFIRM_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a commit produced: the log entry, and the dataset metadata it holds (None for a
+    fence without a dataset). ``new`` is False when nothing was committed because the
+    operation's transaction was already committed (idempotent retry)."""
+
+    entry: LogEntry | None
+    meta: DatasetMetadata | None
+    new: bool = True
 
 
 def added_files(files: Sequence[WrittenFile]) -> tuple[AddedFile, ...]:
     return tuple(AddedFile(f.label, f.table, f.key) for f in files)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
+def oldest_file_ms(keys: Sequence[str]) -> int | None:
+    """Birth (epoch ms, from the kstore file id) of the oldest of ``keys``; keys without a
+    kstore file id count as born at 0. None for no keys."""
+    if not keys:
+        return None
+    born = [naming.file_id_ms(k) for k in keys]
+    return min(0 if b is None else b for b in born)
 
 
 def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, new: pa.Schema | None,
@@ -83,8 +120,9 @@ def _build_indices(
     files: Sequence[WrittenFile],
     schema: pa.Schema,
     prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
-) -> tuple[dict[str, str], list[str]]:
-    """Index keys of the new version, and the keys this attempt wrote (to undo on retry).
+    written: list[str],
+) -> dict[str, str]:
+    """Index keys of the new version; appends each key it writes to ``written`` (to undo).
 
     Every index of the new version covers exactly its partitions: indices of the base are
     updated incrementally (removed labels dropped, new files merged); partitions a
@@ -93,7 +131,6 @@ def _build_indices(
     wanted = [c for c in dict.fromkeys(tuple(new.indices) + tuple(new.inline_indices) + op.index_columns)
               if c not in new.partition_keys and c not in op.drop_index_columns]
     keys: dict[str, str] = {}
-    written: list[str] = []
     current = set(new.partitions)
     by_label = {f.label: f for f in files}
     for col in wanted:
@@ -104,6 +141,7 @@ def _build_indices(
         if col in prebuilt:
             idx, covered = prebuilt[col]
         elif base_has:
+            assert base is not None
             changed = bool(op.remove) or bool(files)
             if not changed and col in base.indices:
                 keys[col] = base.indices[col]
@@ -112,10 +150,10 @@ def _build_indices(
             covered = frozenset(base.partitions)
         else:
             idx, covered = ColumnIndex.empty(col, vtype), frozenset()
-        stale = [lab for lab in covered if lab not in current]
+        stale = sorted(lab for lab in covered if lab not in current)
         if stale:
             idx = idx.drop_labels(stale)
-        missing = [lab for lab in current if lab not in covered]
+        missing = sorted(lab for lab in current if lab not in covered)
         with_values = [by_label[lab] for lab in missing if lab in by_label and col in by_label[lab].index_values]
         if with_values:
             idx = idx.merge(index_from_files(col, with_values, vtype))
@@ -130,7 +168,7 @@ def _build_indices(
         key = write_index_file(store, new.uuid, idx)
         keys[col] = key
         written.append(key)
-    return keys, written
+    return keys
 
 
 def _build_stats(store: Store, base: DatasetMetadata | None, op: Operation,
@@ -156,107 +194,284 @@ def commit(
     scope: Callable[[DatasetMetadata], set[str]] | None = None,
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
-    known_base: tuple[DatasetMetadata, MetadataFormat] | None = None,
+    known_base: Head | None = None,
 ) -> DatasetMetadata:
     """Commit ``op`` as the next version of ``dataset_uuid``; return the new metadata.
 
     ``files`` are the data files the operation adds (their statistics and index values
     feed the new version's statistics and indices); ``schema`` is the normalized schema of
     the new data. Re-submitting an already committed ``op.txn`` returns the committed
-    version unchanged (idempotent writes). ``known_base`` is the (metadata, format) the
-    caller just loaded: the first attempt then costs one existence probe instead of a reload.
+    version unchanged (idempotent writes). ``known_base`` is the head the caller loaded:
+    if it is young and still the newest (one listing says so), it is used as it is.
     """
+    done = commit_entry(store, dataset_uuid, op, files=files, schema=schema, metadata_format=metadata_format,
+                        prebuilt_indices=prebuilt_indices, scope=scope, max_attempts=max_attempts,
+                        on_claimed=on_claimed, known_base=known_base)
+    if done.meta is None:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: operation {op.kind!r} leaves no dataset")
+    return done.meta
+
+
+def commit_entry(
+    store: Store,
+    dataset_uuid: str,
+    op: Operation,
+    *,
+    files: Sequence[WrittenFile] = (),
+    schema: pa.Schema | None = None,
+    metadata_format: MetadataFormat | None = None,
+    prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = None,
+    scope: Callable[[DatasetMetadata], set[str]] | None = None,
+    max_attempts: int = 50,
+    on_claimed: Callable[[], Any] | None = None,
+    known_base: Head | None = None,
+) -> Committed:
+    """:func:`commit` for every operation, fences included; returns the :class:`Committed`."""
     naming.validate_name(dataset_uuid)
     if files and not op.added:
         op = replace(op, added=added_files(files))
+    if not getattr(store, "atomic_create", True):
+        warnings.warn(UnsafeStoreWarning(
+            f"{store!r} cannot create keys atomically across processes: committing to dataset "
+            f"{dataset_uuid!r} from more than one process at a time could claim one version twice; "
+            "use a local directory, S3 or memory store for concurrent writers"), stacklevel=3)
     prebuilt = dict(prebuilt_indices or {})
     delay = 0.01
+    rt = runtime.current()
     for attempt in range(max_attempts):
-        if attempt == 0 and known_base is not None:
-            # the caller just loaded it: one probe says whether it is still the newest
-            base, base_fmt = known_base
-            nxt = 0 if base.version is None else base.version + 1
-            if store.exists(naming.log_key(dataset_uuid, nxt)):
-                base, base_fmt = load.load_latest(store, dataset_uuid)
-        else:
-            base, base_fmt = load.load_latest(store, dataset_uuid)
+        head = _fresh_head(store, dataset_uuid, known_base if attempt == 0 else None)
+        base = head.meta
         if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
-            return base
+            return Committed(None, base, new=False)
         if op.kind == "upgrade" and base is not None and base.version is not None:
-            return base  # a concurrent upgrade won
+            return Committed(None, base, new=False)  # a concurrent upgrade won
         check(base, op, dataset_uuid=dataset_uuid, scope_now=scope(base) if (scope and base is not None) else None)
-        fmt: MetadataFormat = metadata_format or base_fmt or "json"
+        _check_orphan_cutoff(dataset_uuid, head, files)
+        written: list[str] = []
+        try:
+            staged = _stage(store, dataset_uuid, head, op, files, schema, metadata_format, prebuilt, written)
+        except CorruptMetadataError:
+            _cleanup(store, written)
+            if _moved_on(store, head):
+                continue  # a file of the base vanished: GC expired it after a newer commit
+            raise
+        except BaseException:
+            _cleanup(store, written)
+            raise
+        if head.age() > BASE_MAX_AGE.total_seconds():
+            _cleanup(store, written)
+            continue  # too long since the listing: the number may be stale; list again
+        claimed = _claim(store, naming.log_key(dataset_uuid, staged.entry.version), staged.entry_bytes,
+                         staged.entry)
+        if not claimed:
+            _cleanup(store, written)
+            rt.sleep(delay * rt.random())  # full jitter
+            delay = min(delay * 2, 0.25)
+            continue
+        if on_claimed is not None:
+            on_claimed()
+        _publish(store, staged, head)
+        return Committed(staged.entry, staged.meta)
+    raise CommitConflictError(
+        f"dataset {dataset_uuid!r}: gave up after {max_attempts} attempts; other writers kept committing first"
+    )
+
+
+def _fresh_head(store: Store, dataset_uuid: str, known: Head | None) -> Head:
+    """The caller's head when it is young and one listing shows nothing newer; else a reload."""
+    if known is None or known.age() > BASE_MAX_AGE.total_seconds() / 2:
+        return load.load_head(store, dataset_uuid)
+    listed_at = runtime.current().monotonic()
+    if load.log_versions(store, dataset_uuid, after=known.version):
+        return load.load_head(store, dataset_uuid)
+    return replace(known, loaded_at=listed_at)
+
+
+def _moved_on(store: Store, head: Head) -> bool:
+    return bool(load.log_versions(store, head.dataset_uuid, after=head.version))
+
+
+def _check_orphan_cutoff(dataset_uuid: str, head: Head, files: Sequence[WrittenFile]) -> None:
+    """Refuse files a garbage collection may have deleted as orphans while this write ran."""
+    cutoff = head.orphan_cutoff_ms
+    oldest = oldest_file_ms([f.key for f in files])
+    if cutoff is None or oldest is None or oldest >= cutoff:
+        return
+    when = datetime.fromtimestamp(cutoff / 1000, timezone.utc).isoformat()
+    raise CommitConflictError(
+        f"dataset {dataset_uuid!r}: a garbage collection committed as version {head.version} deleted "
+        f"unreferenced files written before {when}, and this write started before then (its retention "
+        "was shorter than this write took); nothing was committed: run the write again"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    entry: LogEntry
+    entry_bytes: bytes
+    meta: DatasetMetadata | None
+    main_bytes: bytes | None
+    fmt: MetadataFormat
+    common_bytes: bytes | None
+
+
+def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Sequence[WrittenFile],
+           schema: pa.Schema | None, metadata_format: MetadataFormat | None,
+           prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]], written: list[str]) -> _Staged:
+    """Everything up to the commit point: new metadata, index and stats files, bytes."""
+    base = head.meta
+    fmt: MetadataFormat = metadata_format or head.fmt or "json"
+    now = runtime.current().now()
+    new_schema = base_schema = None
+    if not op.is_fence:
         base_schema = load.load_schema(store, base) if (base is not None and not op.creates) else None
         new_schema = _merged_schema(base, base_schema, schema, op, dataset_uuid)
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
-        now = _now()
-        new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema, now=now.replace(tzinfo=None).isoformat())
-        written: list[str] = []
-        if store.exists(naming.log_key(dataset_uuid, new.version)):
-            continue  # lost already: reload before writing index and statistics files
-        try:
-            index_keys, written = _build_indices(store, base, new, op, files, new_schema, prebuilt)
+    new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
+                now=now.replace(tzinfo=None).isoformat(), version=head.next_version)
+    if new is not None:
+        cutoffs = [c for c in (head.orphan_cutoff_ms, new.orphan_cutoff_ms) if c is not None]
+        new = new.evolve(orphan_cutoff_ms=max(cutoffs) if cutoffs else None)
+        if not op.is_fence:
+            assert new_schema is not None
+            index_keys = _build_indices(store, base, new, op, files, new_schema, prebuilt, written)
             stats = _build_stats(store, base, op, files, new_schema)
             stats_key = base.stats_key if (stats is None and base is not None) else None
             if stats is not None:
                 stats_key = write_stats_file(store, dataset_uuid, stats)
                 written.append(stats_key)
             new = new.evolve(indices=index_keys, inline_indices={}, stats_key=stats_key)
-            entry = {
-                "version": new.version,
-                "parent": base.version if base is not None else None,
-                "timestamp": now.isoformat(),
-                "operation": op.kind,
-                "added": sorted({f.label for f in op.added}),
-                "removed": sorted(op.remove),
-                "rows_added": int(sum(f.stats.rows for f in files)),
-                "txn": list(op.txn) if op.txn else None,
-                "writer": f"kstore {__version__}",
-                "metadata": new.to_dict(),
-            }
-            claimed = store.put_if_absent(naming.log_key(dataset_uuid, new.version), serialize.dumps(entry, "json"))
-        except KstoreError:
-            _cleanup(store, written)
-            raise
-        if not claimed:
-            _cleanup(store, written)
-            time.sleep(delay * random.random())  # full jitter
-            delay = min(delay * 2, 0.25)
-            continue
-        if on_claimed is not None:
-            on_claimed()
-        try:
-            _publish(store, new, fmt, base_fmt, schema_changed=(base_schema is None or not new_schema.equals(base_schema)))
-        except Exception as exc:  # the version is committed; only the main file may lag
-            raise CommitStateUnknownError(
-                f"dataset {dataset_uuid!r}: version {new.version} is committed but publishing the "
-                f"main metadata file failed ({exc}); the next commit or a reader of the log repairs it"
-            ) from exc
-        return new
-    raise CommitConflictError(
-        f"dataset {dataset_uuid!r}: gave up after {max_attempts} attempts; other writers kept committing first"
+    entry = LogEntry(
+        version=head.next_version,
+        commit_id=runtime.current().token(16),
+        operation=op.kind,
+        timestamp=now,
+        parent=head.version,
+        added=tuple(sorted({f.label for f in op.added})),
+        removed=tuple(sorted(op.remove)),
+        rows_added=int(sum(f.stats.rows for f in files)),
+        txn=op.txn,
+        writer=f"kstore {__version__}",
+        metadata=new.to_dict() if new is not None else None,
+        orphan_cutoff_ms=op.orphan_cutoff_ms if op.is_fence else None,
+        info=dict(op.info or {}),
+    )
+    schema_changed = new is not None and new.schema is not None and (
+        base_schema is None or not new.schema.equals(base_schema))
+    return _Staged(
+        entry=entry,
+        entry_bytes=serialize.dumps(entry.to_dict(), "json"),
+        meta=new,
+        main_bytes=serialize.dumps(new.to_dict(), fmt) if new is not None else None,
+        fmt=fmt,
+        common_bytes=common_metadata_bytes(new.schema) if (schema_changed and new is not None
+                                                            and new.schema is not None) else None,
     )
 
 
-def _publish(store: Store, new: DatasetMetadata, fmt: MetadataFormat, old_fmt: MetadataFormat | None,
-             *, schema_changed: bool) -> None:
-    if schema_changed and new.schema is not None:
-        write_common_metadata(store, new.uuid, new.table, new.schema)
-    store.put(naming.metadata_key(new.uuid, fmt), serialize.dumps(new.to_dict(), fmt))
+def _claim(store: Store, key: str, data: bytes, entry: LogEntry) -> bool:
+    """Claim ``key``; True when this commit owns it. Raises CommitStateUnknownError when
+    the store keeps failing while the outcome is confirmed (nothing is deleted then)."""
+    try:
+        ok: bool | None = store.put_if_absent(key, data)
+    except KstoreError:
+        ok = None  # the store failed: the put may or may not have happened
+    if ok and getattr(store, "atomic_create", True):
+        return True
+    # Lost, failed, or a check-then-put store: read the entry back; its commit_id says whose
+    # it is (a retried request whose first attempt landed looks like a lost race).
+    last: BaseException | None = None
+    for _ in range(_CONFIRM_ATTEMPTS):
+        try:
+            owner = _owner(store, key)
+        except KeyNotFoundError:
+            if ok is False:
+                return False
+            try:  # the put did not happen: try it again (idempotent: same bytes, same id)
+                ok = store.put_if_absent(key, data)
+            except KstoreError as exc:
+                last, ok = exc, None
+            continue
+        except KstoreError as exc:
+            last = exc
+            continue
+        return owner == entry.commit_id
+    raise CommitStateUnknownError(
+        f"dataset {key.split('/', 1)[0]!r}: the store failed while version {entry.version} was claimed "
+        f"({last}); the version may be committed: check history() or re-run the write with the same txn. "
+        "Nothing of this write was deleted.",
+        committed=None, version=entry.version,
+    ) from last
+
+
+def _owner(store: Store, key: str) -> str | None:
+    raw = serialize.loads(store.get(key), "json", what=f"log entry {key!r}")
+    return raw.get("commit_id") if isinstance(raw, dict) else None
+
+
+def _publish(store: Store, staged: _Staged, head: Head) -> None:
+    """Make the main file show the newest version (ours, or a newer one). Never deletes data."""
+    uuid = head.dataset_uuid
+    last: BaseException | None = None
+    for attempt in range(_PUBLISH_ATTEMPTS):
+        try:
+            if staged.common_bytes is not None and staged.meta is not None:
+                store.put(naming.common_metadata_key(uuid, staged.meta.table), staged.common_bytes)
+            _put_main(store, uuid, staged.main_bytes, staged.fmt, head.fmt)
+            republish_newest(store, uuid, staged.entry.version, staged.fmt)
+            return
+        except KstoreError as exc:
+            last = exc
+            runtime.current().sleep(0.05 * 2**attempt)
+    raise CommitStateUnknownError(
+        f"dataset {uuid!r}: version {staged.entry.version} is committed, but publishing the main "
+        f"metadata file failed ({last}); kstore readers see the version already, and the next commit "
+        "(or garbage_collect) repairs the main file for kartothek readers. Nothing was deleted.",
+        committed=True, version=staged.entry.version,
+    ) from last
+
+
+def _put_main(store: Store, uuid: str, main_bytes: bytes | None, fmt: MetadataFormat,
+              old_fmt: MetadataFormat | None) -> None:
+    if main_bytes is None:  # no dataset in this version (deleted, or a fence of a failed create)
+        for f in naming.METADATA_FORMATS:
+            store.delete(naming.metadata_key(uuid, f))
+        return
+    store.put(naming.metadata_key(uuid, fmt), main_bytes)
     if old_fmt is not None and old_fmt != fmt:
-        store.delete(naming.metadata_key(new.uuid, old_fmt))
-    # A faster writer may have published a newer version before us: publish the newest
-    # again, and repeat until no newer version is claimed after our last write. A version
-    # claimed after that check is published by its own writer after our write, so the
-    # main file always ends at the newest committed version (a single re-publish could
-    # overwrite a version committed while we loaded the one we saw as newest).
-    latest = new.version
-    while store.exists(naming.log_key(new.uuid, latest + 1)):
-        while store.exists(naming.log_key(new.uuid, latest + 1)):
-            latest += 1
-        newest = load.load_version(store, new.uuid, latest)
-        store.put(naming.metadata_key(new.uuid, fmt), serialize.dumps(newest.to_dict(), fmt))
+        store.delete(naming.metadata_key(uuid, old_fmt))
+
+
+def republish_newest(store: Store, uuid: str, published: int | None, fmt: MetadataFormat) -> int | None:
+    """After publishing version ``published``: if newer versions were committed meanwhile,
+    publish the newest, and repeat until none is newer. Returns the version published last.
+
+    A version committed after the last listing is published by its own writer after our
+    write, so the main file ends at the newest version (it may show an older one for a
+    moment: kstore readers list the log, kartothek readers see a consistent older version).
+    """
+    latest = published
+    for _ in range(1000):
+        newer = load.log_versions(store, uuid, after=latest)
+        if not newer:
+            return latest
+        try:
+            entry = load.load_entry(store, uuid, newer[-1])
+        except VersionNotFoundError:
+            continue  # expired between listing and get: a newer one exists
+        latest = entry.version
+        if entry.metadata is None:
+            if entry.expired:
+                continue
+            _put_main(store, uuid, None, fmt, None)
+            continue
+        meta = load.entry_metadata(store, uuid, entry)
+        if meta.schema is not None:
+            store.put(naming.common_metadata_key(uuid, meta.table), common_metadata_bytes(meta.schema))
+        other = [f for f in naming.METADATA_FORMATS if f != fmt]
+        _put_main(store, uuid, serialize.dumps(meta.to_dict(), fmt), fmt, other[0])
+    raise CorruptMetadataError(f"dataset {uuid!r}: the log kept growing while the main file was published")
 
 
 def _cleanup(store: Store, keys: Sequence[str]) -> None:

@@ -1,11 +1,24 @@
-"""Garbage collection with retention (FORMAT.md B.4) and dataset deletion.
+"""Garbage collection with retention (FORMAT.md, "Garbage collection"), and dataset deletion.
 
-A key under ``<uuid>/`` is garbage when no retained version references it. Retained
-versions: the newest, every version committed within the retention window, and the
-newest version committed before the window starts (it was current at the window's start,
-so time travel to any instant inside the window works). Unreferenced files whose kstore
-file id says they are younger than the window are kept too: they may belong to a write
-that has not committed yet. Log entries of versions no longer retained are expired.
+What GC may delete, and why it is safe beside any writer (FORMAT.md says it in full):
+
+- **Versions it expires**: every version older than the retention window except the
+  newest, the newest one committed before the window starts (it was current at the
+  window's start, so time travel to any instant inside the window works) and the one the
+  main file shows. An expired version's log entry is deleted once it is older than
+  :data:`~kstore.core.log.LOG_MIN_AGE`, and replaced by a tombstone before that, so its
+  number is never claimed again.
+- **Files**: a key under ``<uuid>/`` that no retained version references and whose file id
+  says it was written before the cutoff (``now - retention``). Before deleting any file, GC
+  commits a ``vacuum`` version that records the cutoff (the *fence*). The fence orders GC
+  against every writer through the one atomic claim: a writer that committed before the
+  fence is in the log GC reads after it, so its files are referenced; a writer that commits
+  after it sees the cutoff and refuses files written before it (they may be gone).
+  Log entries and ``_common_metadata`` are never deleted as files.
+
+The order makes a GC that dies half-way harmless: the fence first, then expired log
+entries, then files (a file left behind is garbage for the next run; a listed version
+never loses its files).
 """
 
 from __future__ import annotations
@@ -14,116 +27,239 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kstore.blocks import load
-from kstore.blocks.history import history, log_versions
-from kstore.core import naming
-from kstore.errors import CorruptMetadataError, DatasetNotFoundError
+from kstore.blocks.commit import commit_entry, republish_newest
+from kstore.core import naming, runtime, serialize
+from kstore.core.log import LOG_MIN_AGE, LogEntry
+from kstore.core.operations import Operation
+from kstore.errors import CorruptMetadataError, DatasetNotFoundError, KstoreError, VersionNotFoundError
 from kstore.io.store import Store
 
-__all__ = ["GCResult", "collect_garbage", "delete_all"]
+__all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
+
+#: Default retention of ``garbage_collect``.
+DEFAULT_RETENTION = timedelta(days=7)
+#: A shorter retention needs ``enforce_retention_duration=False``: it can fail writes that
+#: run longer than it (their files are refused at commit, never lost) and reads of versions
+#: it expires. The same threshold and the same override as Delta Lake's VACUUM.
+MIN_RETENTION = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True)
 class GCResult:
-    """What a GC run deleted (or would delete, with ``dry_run``)."""
+    """What a GC run deleted (or would delete, with ``dry_run``).
+
+    ``fence_version`` is the ``vacuum`` version committed before files were deleted (None
+    when no file was deleted).
+    """
 
     deleted_files: tuple[str, ...]
     expired_versions: tuple[int, ...]
     retained_versions: tuple[int, ...]
     dry_run: bool
+    fence_version: int | None = None
 
 
-_PROTECTED_SUFFIXES = ("/" + naming.COMMON_METADATA,)
+def born_ms(key: str) -> int:
+    """When a file was written (epoch ms): from its kstore file id or an index file's
+    timestamp; 0 (long ago) for keys that carry no time, such as kartothek's uuid ids."""
+    ms = naming.file_id_ms(key)
+    if ms is not None:
+        return ms
+    if key.endswith(naming.INDEX_SUFFIX):  # <uuid>/indices/<col>/<quoted iso timestamp>.by-dataset-index.parquet
+        try:
+            ts = datetime.fromisoformat(naming.unquote(key.rsplit("/", 1)[-1][: -len(naming.INDEX_SUFFIX)]))
+        except (ValueError, CorruptMetadataError):
+            return 0
+        ts = ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+        return int(ts.timestamp() * 1000)
+    return 0
+
+
+def _ms(t: datetime) -> int:
+    return int(t.timestamp() * 1000)
+
+
+def _is_file(uuid: str, key: str) -> bool:
+    """Keys GC may delete as files: not log entries, not ``_common_metadata``."""
+    return (not key.startswith(naming.log_prefix(uuid))
+            and not key.endswith("/" + naming.COMMON_METADATA))
+
+
+@dataclass(frozen=True, slots=True)
+class _LogState:
+    retained: tuple[int, ...]
+    expired: tuple[int, ...]       # versions to tombstone or delete now
+    drop: tuple[int, ...]          # entries (expired earlier or now) old enough to delete
+    references: frozenset[str]
+
+
+def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogState:
+    """Decide which versions stay (one listing + one get per entry) and what they reference."""
+    versions = load.log_versions(store, uuid)
+    entries: dict[int, LogEntry | None] = {}
+    for v in versions:
+        try:
+            entries[v] = load.load_entry(store, uuid, v)
+        except VersionNotFoundError:
+            continue  # deleted by a concurrent GC
+        except CorruptMetadataError:
+            entries[v] = None  # damaged: decided below by its neighbours
+    main, _ = _main_or_none(store, uuid)
+    if not entries and main is None:
+        return _LogState((), (), (), frozenset())
+    present = sorted(entries)
+    newest = present[-1] if present else None
+
+    def stamp(v: int) -> datetime | None:
+        e = entries[v]
+        if e is not None:
+            return e.timestamp
+        later = [entries[w].timestamp for w in present if w > v and entries[w] is not None]  # type: ignore[union-attr]
+        return min(later) if later else None  # a damaged entry is no younger than its successor
+
+    before = [v for v in present if (stamp(v) or now) < cutoff]
+    boundary = max(before) if before else None
+    main_version = main.version if main is not None else None
+    retained, expired, drop = [], [], []
+    log_cutoff = now - LOG_MIN_AGE
+    for v in present:
+        e = entries[v]
+        keep = v == newest or v == boundary or v == main_version or (stamp(v) or now) >= cutoff
+        if keep and e is None:
+            raise CorruptMetadataError(
+                f"dataset {uuid!r}: the log entry of version {v} is damaged and the version is retained; "
+                "garbage collection deleted nothing (it cannot tell which files that version uses)"
+            )
+        if keep and not (e is not None and e.expired):
+            retained.append(v)
+            continue
+        old = (stamp(v) or now) < log_cutoff
+        if old:
+            drop.append(v)
+        elif e is not None and not e.expired:
+            expired.append(v)
+    refs: set[str] = set()
+    for v in retained:
+        e = entries[v]
+        if e is not None and e.metadata is not None:
+            refs |= load.entry_metadata(store, uuid, e).referenced_keys()
+    if main is not None:
+        refs |= main.referenced_keys()  # kartothek readers read it, even when it lags
+    return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs))
+
+
+def _main_or_none(store: Store, uuid: str):
+    try:
+        return load.load_main(store, uuid)
+    except CorruptMetadataError:
+        return None, None
 
 
 def collect_garbage(
     store: Store,
     dataset_uuid: str,
     *,
-    retention: timedelta = timedelta(days=7),
+    retention: timedelta = DEFAULT_RETENTION,
     dry_run: bool = False,
-    now: datetime | None = None,
 ) -> GCResult:
-    now = now or datetime.now(timezone.utc)
+    """Expire versions older than ``retention`` and delete files nothing retained references.
+
+    Works on a dataset with no committed version too (the orphans of a failed create):
+    its files are deleted after the retention, and the fence stays as the log's one entry.
+    """
+    naming.validate_name(dataset_uuid)
+    now = runtime.current().now()
     cutoff = now - retention
-    current, _ = load.load_latest(store, dataset_uuid)
-    if current is None:
+    cutoff_ms = _ms(cutoff)
+    prefix = naming.dataset_prefix(dataset_uuid)
+    keys = sorted(store.iter_prefix(prefix))
+    head = load.load_head(store, dataset_uuid)
+    if head.meta is None and head.version is None and not keys:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
-    entries = history(store, dataset_uuid)
-    retained: list[int] = []
-    expired: list[int] = []
-    older = [e.version for e in entries if e.timestamp < cutoff]
-    boundary = max(older) if older else None
-    newest = current.version
-    for e in entries:
-        if e.timestamp >= cutoff or e.version == boundary or e.version == newest:
-            retained.append(e.version)
-        else:
-            expired.append(e.version)
-    referenced = set(current.referenced_keys())
-    # the main file (what kartothek and current reads use) may lag behind the log when a
-    # writer died between claiming its version and publishing it: never delete its files
-    try:
-        referenced |= load.load_metadata(store, dataset_uuid)[0].referenced_keys()
-    except DatasetNotFoundError:  # version 0 claimed, main file never written
-        pass
-    for v in retained:
-        referenced |= load.load_version(store, dataset_uuid, v).referenced_keys()
-    log_keys = {naming.log_key(dataset_uuid, v) for v in log_versions(store, dataset_uuid)}
-    garbage = []
-    for key in store.iter_prefix(naming.dataset_prefix(dataset_uuid)):
-        if key in referenced or key in log_keys or key.endswith(_PROTECTED_SUFFIXES):
-            continue
-        born = _born(key)
-        if born is not None and born >= cutoff:
-            continue  # may belong to a write in progress
-        garbage.append(key)
+    # 1. candidates: files written before the cutoff (listed before the fence: a file
+    #    written after this listing is no candidate, whatever its writer does)
+    candidates = [k for k in keys if _is_file(dataset_uuid, k) and born_ms(k) < cutoff_ms]
+    state = _read_log(store, dataset_uuid, now, cutoff)
+    garbage = [k for k in candidates if k not in state.references]
+    fence = None
+    if garbage and not dry_run:
+        # 2. the fence; 3. what is retained now (every claim before the fence is in the log)
+        done = commit_entry(store, dataset_uuid, Operation(kind="vacuum", orphan_cutoff_ms=cutoff_ms,
+                                                           read_version=head.version))
+        fence = done.entry.version if done.entry is not None else None
+        state = _read_log(store, dataset_uuid, now, cutoff)
+        garbage = [k for k in candidates if k not in state.references]
+    elif not dry_run and head.has_log and head.main_version != head.version:
+        # repair the main file a writer that died between its claim and its publish left behind
+        republish_newest(store, dataset_uuid, head.main_version, head.fmt or "json")
     if not dry_run:
-        # expire log entries first: a GC that dies half-way must not leave a listed version
-        # whose files are gone (files left behind are garbage for the next run)
-        for v in expired:
-            store.delete(naming.log_key(dataset_uuid, v))
+        _expire(store, dataset_uuid, state)
         for key in garbage:
             store.delete(key)
-        # temporary files of puts that a crash interrupted (local directory stores)
         remove_temporary = getattr(store, "remove_temporary", None)
-        if remove_temporary is not None:
+        if remove_temporary is not None:  # temporary files of puts a crash interrupted (local stores)
             remove_temporary(dataset_uuid, cutoff.timestamp())
-    return GCResult(tuple(sorted(garbage)), tuple(expired), tuple(retained), dry_run)
+    return GCResult(tuple(garbage), tuple(sorted(state.expired + state.drop)), state.retained, dry_run, fence)
 
 
-def _born(key: str) -> datetime | None:
-    """When a file was written: from its kstore file id, or from an index file's timestamp."""
-    born = naming.file_id_time(key)
-    if born is not None:
-        return datetime.fromtimestamp(born, timezone.utc)
-    if key.endswith(naming.INDEX_SUFFIX):  # <uuid>/indices/<col>/<quoted iso timestamp>.by-dataset-index.parquet
+def _expire(store: Store, uuid: str, state: _LogState) -> None:
+    """Tombstone young expired entries, delete old ones (never a retained one)."""
+    for v in state.expired:
+        key = naming.log_key(uuid, v)
         try:
-            ts = datetime.fromisoformat(naming.unquote(key.rsplit("/", 1)[-1][: -len(naming.INDEX_SUFFIX)]))
-        except (ValueError, CorruptMetadataError):
-            return None
-        return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
-    return None
+            entry = load.load_entry(store, uuid, v)
+        except KstoreError:
+            continue
+        store.put(key, serialize.dumps(entry.tombstone().to_dict(), "json"))
+    for v in state.drop:
+        store.delete(naming.log_key(uuid, v))
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:
-    """Delete every key of a dataset; the main metadata file goes last. Returns the count."""
-    meta, fmt = load.load_latest(store, dataset_uuid)
-    if meta is None:
+    """Delete the dataset: every data, index and statistics file, the main file and
+    ``_common_metadata``; returns how many keys were deleted.
+
+    A ``delete`` version is committed first (the fence): a writer still running against the
+    dataset fails cleanly instead of bringing it back half. That one log entry stays
+    (with tombstones of versions younger than :data:`~kstore.core.log.LOG_MIN_AGE`), so
+    the numbering continues if the dataset is created again.
+    """
+    naming.validate_name(dataset_uuid)
+    prefix = naming.dataset_prefix(dataset_uuid)
+    keys = sorted(store.iter_prefix(prefix))
+    head = load.load_head(store, dataset_uuid)
+    files = [k for k in keys if _is_file(dataset_uuid, k)]
+    if head.meta is None and not files and not _has_main(store, dataset_uuid):
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    now_ms = _ms(runtime.current().now())
+    cutoff_ms = max([now_ms] + [born_ms(k) for k in keys]) + 1
+    done = commit_entry(store, dataset_uuid, Operation(kind="delete", orphan_cutoff_ms=cutoff_ms,
+                                                       read_version=head.version))
+    fence = done.entry.version if done.entry is not None else -1
     n = 0
-    for key in sorted(meta.referenced_keys()):
-        store.delete(key)
-        n += 1
-    logs = []
-    for key in list(store.iter_prefix(naming.dataset_prefix(dataset_uuid))):
-        if naming.version_from_log_key(dataset_uuid, key) is not None:
-            logs.append(key)
+    for key in keys:
+        if _is_file(dataset_uuid, key) or key.endswith("/" + naming.COMMON_METADATA):
+            store.delete(key)
+            n += 1
+    versions = [v for v in load.log_versions(store, dataset_uuid) if v < fence]
+    horizon = runtime.current().now() - LOG_MIN_AGE
+    for v in versions:
+        try:
+            entry = load.load_entry(store, dataset_uuid, v)
+        except VersionNotFoundError:
             continue
-        store.delete(key)
-        n += 1
-    for key in logs:
-        store.delete(key)
-        n += 1
-    for f in naming.METADATA_FORMATS:
-        store.delete(naming.metadata_key(dataset_uuid, f))
+        except CorruptMetadataError:
+            entry = None
+        if entry is None or entry.timestamp < horizon:
+            store.delete(naming.log_key(dataset_uuid, v))
+            n += 1
+        elif not entry.expired:
+            store.put(naming.log_key(dataset_uuid, v), serialize.dumps(entry.tombstone().to_dict(), "json"))
+    remove_temporary = getattr(store, "remove_temporary", None)
+    if remove_temporary is not None:
+        remove_temporary(dataset_uuid, float("inf"))
     return n + 1
+
+
+def _has_main(store: Store, uuid: str) -> bool:
+    return any(store.exists(naming.metadata_key(uuid, f)) for f in naming.METADATA_FORMATS)

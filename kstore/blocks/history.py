@@ -7,11 +7,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kstore.blocks import load
-from kstore.core import naming, serialize
-from kstore.errors import KeyNotFoundError, VersionNotFoundError
+from kstore.core.log import LogEntry
+from kstore.errors import DatasetNotFoundError, InvalidArgumentError, VersionNotFoundError
 from kstore.io.store import Store
 
 __all__ = ["HistoryEntry", "history", "version_as_of", "Diff", "diff", "log_versions"]
+
+log_versions = load.log_versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,7 @@ class HistoryEntry:
     writer: str
     txn: tuple[str, int] | None
     n_partitions: int
+    info: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,68 +43,66 @@ class Diff:
     removed: tuple[str, ...]
 
 
-def log_versions(store: Store, dataset_uuid: str) -> list[int]:
-    """Every version with a log entry (sorted); lists the log prefix."""
+def _entries(store: Store, dataset_uuid: str) -> list[LogEntry]:
     out = []
-    for key in store.iter_prefix(naming.log_prefix(dataset_uuid)):
-        v = naming.version_from_log_key(dataset_uuid, key)
-        if v is not None:
-            out.append(v)
-    return sorted(out)
-
-
-def _entry(store: Store, dataset_uuid: str, version: int) -> dict[str, Any]:
-    try:
-        data = store.get(naming.log_key(dataset_uuid, version))
-    except KeyNotFoundError as exc:
-        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {version}") from exc
-    return serialize.loads(data, "json", what=f"dataset {dataset_uuid!r} version {version}")
-
-
-def _parse_ts(text: str) -> datetime:
-    ts = datetime.fromisoformat(text)
-    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    for v in log_versions(store, dataset_uuid):
+        try:
+            out.append(load.load_entry(store, dataset_uuid, v))
+        except VersionNotFoundError:
+            continue  # expired by a concurrent garbage collection
+    return out
 
 
 def history(store: Store, dataset_uuid: str) -> list[HistoryEntry]:
-    """All retained versions, oldest first."""
-    versions = log_versions(store, dataset_uuid)
-    if not versions:
-        load.load_metadata(store, dataset_uuid)  # raises DatasetNotFoundError if absent
-        return []
-    out = []
-    for v in versions:
-        e = _entry(store, dataset_uuid, v)
-        out.append(
-            HistoryEntry(
-                version=v,
-                parent=e.get("parent"),
-                timestamp=_parse_ts(e["timestamp"]),
-                operation=e.get("operation", "?"),
-                added=tuple(e.get("added") or ()),
-                removed=tuple(e.get("removed") or ()),
-                rows_added=int(e.get("rows_added") or 0),
-                writer=e.get("writer", "?"),
-                txn=tuple(e["txn"]) if e.get("txn") else None,
-                n_partitions=len((e.get("metadata") or {}).get("partitions") or {}),
-            )
-        )
+    """All retained versions of the dataset as it exists now, oldest first.
+
+    Expired versions (tombstones) are left out; so is everything before the dataset was
+    last deleted. A dataset kartothek wrote (no log) has no history: ``[]``.
+    """
+    head = load.load_head(store, dataset_uuid)
+    if head.meta is None:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    out: list[HistoryEntry] = []
+    for e in _entries(store, dataset_uuid):
+        if e.deletes_dataset:
+            out.clear()  # a deletion ends the history before it
+            continue
+        if e.metadata is None:
+            continue
+        parts = e.metadata.get("partitions")
+        out.append(HistoryEntry(
+            version=e.version, parent=e.parent, timestamp=e.timestamp, operation=e.operation,
+            added=e.added, removed=e.removed, rows_added=e.rows_added, writer=e.writer, txn=e.txn,
+            n_partitions=len(parts) if isinstance(parts, dict) else 0, info=dict(e.info),
+        ))
     return out
 
 
 def version_as_of(store: Store, dataset_uuid: str, as_of: datetime) -> int:
-    """The newest version committed at or before ``as_of`` (naive = UTC)."""
+    """The version that was current at ``as_of`` (naive = UTC).
+
+    That is the newest version committed at or before ``as_of``; if it has expired (or its
+    successor's entry is gone, so kstore cannot tell), :class:`VersionNotFoundError` — never
+    an older version in its place.
+    """
+    if not isinstance(as_of, datetime):
+        raise InvalidArgumentError(f"as_of must be a datetime, got {type(as_of).__name__} {as_of!r}")
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=timezone.utc)
-    best = None
-    for v in log_versions(store, dataset_uuid):
-        if _parse_ts(_entry(store, dataset_uuid, v)["timestamp"]) <= as_of:
-            best = v
-        else:
-            break
-    if best is None:
+    entries = _entries(store, dataset_uuid)
+    before = [e for e in entries if e.timestamp <= as_of]
+    if not before:
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no retained version as of {as_of.isoformat()}")
-    return best
+    best = before[-1]
+    later = [e for e in entries if e.version > best.version]
+    if later and later[0].version != best.version + 1:
+        raise VersionNotFoundError(
+            f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} has expired")
+    if best.metadata is None:
+        why = "has expired" if best.expired else "did not exist (it was deleted)"
+        raise VersionNotFoundError(
+            f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} (version {best.version}) {why}")
+    return best.version
 
 
 def diff(store: Store, dataset_uuid: str, from_version: int, to_version: int) -> Diff:
@@ -112,4 +113,3 @@ def diff(store: Store, dataset_uuid: str, from_version: int, to_version: int) ->
         added=tuple(sorted(set(b.partitions) - set(a.partitions))),
         removed=tuple(sorted(set(a.partitions) - set(b.partitions))),
     )
-

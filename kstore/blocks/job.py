@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
+from kstore.blocks.load import Head
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow
 from kstore.core import naming
@@ -42,6 +43,7 @@ from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
 from kstore.core.types import merge_schemas
 from kstore.errors import (
+    CommitStateUnknownError,
     DatasetExistsError,
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -84,6 +86,7 @@ class WriteJob:
     metadata_format: MetadataFormat | None = None
     txn: tuple[str, int] | None = None
     base_format: MetadataFormat | None = None
+    head: Head | None = None
 
     @property
     def creates(self) -> bool:
@@ -133,14 +136,16 @@ def prepare_write(
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
-    base, base_format = load.load_latest(store, dataset_uuid)
+    head = load.load_head(store, dataset_uuid)
+    base, base_format = head.meta, head.fmt
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
                    base_schema=None, schema_mode=schema_mode,
                    delete_scope=tuple(delete_scope) if delete_scope is not None else None,
-                   metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format)
+                   metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
+                   head=head)
     if job.already_committed:
         return replace(job, partition_on=base.partition_keys, index_columns=())
     if mode == "error" and base is not None:
@@ -232,8 +237,9 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
                            index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
                            table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                      metadata_format=job.metadata_format if job.creates else None,
-                      known_base=(job.base, job.base_format) if job.base is not None else None)
+                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head)
+    except CommitStateUnknownError:
+        raise  # the version is (or may be) committed: its files must stay
     except BaseException:
         delete_files(st, files)
         raise

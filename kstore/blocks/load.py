@@ -1,24 +1,29 @@
 """Loading what planning needs: metadata, schema, indices, statistics, versions.
 
 Call budget of a read plan (counted in tests): 1 get for the main metadata file (2 for a
-msgpack dataset: JSON is tried first), 0 for the schema of a kstore-written dataset (it
+msgpack dataset: JSON is tried first) and 1 listing of the log entries above it (+1 get
+when the main file lags behind the log), 0 for the schema of a kstore-written dataset (it
 travels in the metadata; 1 get of ``_common_metadata`` for kartothek datasets), 1 get per
 secondary index a predicate uses, 1 get for per-file statistics when a predicate column
-has no index. No listing (except kartothek's header-only datasets, which have none).
+has no index. No listing of partitions (except kartothek's header-only datasets, which
+have no partition list).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kstore.core import naming, serialize
+from kstore.core import naming, runtime, serialize
 from kstore.core.index import ColumnIndex
+from kstore.core.log import LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.runtime import parallel_map
 from kstore.core.types import storage_schema
 from kstore.errors import (
     CorruptMetadataError,
@@ -30,6 +35,12 @@ from kstore.errors import (
 from kstore.io.store import Store
 
 __all__ = [
+    "Head",
+    "load_head",
+    "load_main",
+    "load_entry",
+    "entry_metadata",
+    "log_versions",
     "load_metadata",
     "load_metadata_raw",
     "load_schema",
@@ -72,51 +83,159 @@ def _discover_partitions(store: Store, meta: DatasetMetadata) -> DatasetMetadata
     return meta.evolve(partitions=parts)
 
 
-def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, MetadataFormat]:
-    """The dataset's current metadata as readers see it (the main file) and its format."""
-    raw, fmt = load_metadata_raw(store, dataset_uuid)
+def load_main(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
+    """The main metadata file (what kartothek reads): ``(None, None)`` when there is none."""
+    try:
+        raw, fmt = load_metadata_raw(store, dataset_uuid)
+    except DatasetNotFoundError:
+        return None, None
     meta = DatasetMetadata.from_dict(raw, expected_uuid=dataset_uuid)
     if not meta.explicit_partitions:
         meta = _discover_partitions(store, meta)
     return meta, fmt
 
 
-def load_version(store: Store, dataset_uuid: str, version: int, fmt: MetadataFormat = "json") -> DatasetMetadata:
-    """The metadata of one committed version, from its write-once log entry."""
+def log_versions(store: Store, dataset_uuid: str, after: int | None = None) -> list[int]:
+    """Versions with a log entry (sorted), only those above ``after`` if given: one listing."""
+    start = naming.log_key(dataset_uuid, after) if after is not None else None
+    out = []
+    for key in store.iter_prefix(naming.log_prefix(dataset_uuid), start):
+        v = naming.version_from_log_key(dataset_uuid, key)
+        if v is not None and (after is None or v > after):
+            out.append(v)
+    return sorted(out)
+
+
+def load_entry(store: Store, dataset_uuid: str, version: int) -> LogEntry:
+    """One log entry, validated (:class:`VersionNotFoundError` when there is none)."""
     key = naming.log_key(dataset_uuid, version)
     try:
         data = store.get(key)
     except KeyNotFoundError as exc:
         raise VersionNotFoundError(
-            f"dataset {dataset_uuid!r} has no version {version} (never committed or expired)"
+            f"dataset {dataset_uuid!r} has no version {version} (never committed, or expired "
+            "by garbage collection)"
         ) from exc
-    entry = serialize.loads(data, "json", what=f"dataset {dataset_uuid!r} version {version}")
-    try:
-        return DatasetMetadata.from_dict(entry["metadata"], expected_uuid=dataset_uuid)
-    except KeyError as exc:
-        raise CorruptMetadataError(f"dataset {dataset_uuid!r}: log entry {version} has no metadata") from exc
+    raw = serialize.loads(data, "json", what=f"dataset {dataset_uuid!r}: log entry of version {version}")
+    return LogEntry.from_dict(raw, dataset_uuid=dataset_uuid, version=version)
+
+
+def entry_metadata(store: Store, dataset_uuid: str, entry: LogEntry) -> DatasetMetadata:
+    """The dataset metadata a log entry holds (:class:`VersionNotFoundError` for a tombstone
+    or a fence without a dataset)."""
+    if entry.metadata is None:
+        why = ("was expired by garbage collection" if entry.expired
+               else f"is a {entry.operation!r} record: the dataset did not exist then")
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {entry.version} {why}")
+    meta = DatasetMetadata.from_dict(entry.metadata, expected_uuid=dataset_uuid)
+    if meta.version != entry.version:
+        raise CorruptMetadataError(
+            f"dataset {dataset_uuid!r}: log entry of version {entry.version} holds version {meta.version}"
+        )
+    if not meta.explicit_partitions:
+        meta = _discover_partitions(store, meta)
+    return meta
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The newest committed state of a dataset, as writers and readers find it.
+
+    ``meta`` is None when no dataset exists (never created, deleted, or only a garbage
+    collection fence was committed); ``version`` is still the newest log version then, so
+    the next commit continues the numbering. ``loaded_at`` is the runtime's monotonic
+    clock when the log was listed: a commit never claims on a head older than
+    :data:`kstore.blocks.commit.BASE_MAX_AGE`.
+    """
+
+    dataset_uuid: str
+    meta: DatasetMetadata | None
+    fmt: MetadataFormat | None
+    version: int | None
+    orphan_cutoff_ms: int | None
+    main_version: int | None
+    loaded_at: float
+
+    @property
+    def next_version(self) -> int:
+        return 0 if self.version is None else self.version + 1
+
+    @property
+    def has_log(self) -> bool:
+        """True when the dataset (or a fence) has a log entry: kstore versions it."""
+        return self.version is not None and (self.meta is None or self.meta.version is not None)
+
+    def age(self) -> float:
+        return runtime.current().monotonic() - self.loaded_at
+
+
+def load_head(store: Store, dataset_uuid: str) -> Head:
+    """The newest committed version: the main file as a hint, then one listing of the log.
+
+    The main file names version ``M`` (or is missing, or lags when a writer died between
+    its claim and its publish); the log is listed from ``M`` on, and the highest version
+    found is the newest. Listing (not probing ``M+1``) stays right when garbage collection
+    has removed log entries between ``M`` and the newest (FORMAT.md, commit protocol).
+    Costs: 1 get of the main file (+1 for msgpack), 1 listing, +1 get when the main file lags.
+    """
+    naming.validate_name(dataset_uuid)
+    for _ in range(20):
+        started = runtime.current().monotonic()
+        try:
+            main, fmt = load_main(store, dataset_uuid)
+        except CorruptMetadataError:
+            # the log is the truth for a versioned dataset; a damaged main file is repaired
+            # by the next publish. Without a log there is nothing to fall back to.
+            if not log_versions(store, dataset_uuid):
+                raise
+            main, fmt = None, _main_format(store, dataset_uuid)
+        hint = main.version if main is not None else None
+        versions = log_versions(store, dataset_uuid, after=hint)
+        if not versions:
+            cutoff = main.orphan_cutoff_ms if main is not None else None
+            return Head(dataset_uuid, main, fmt, hint, cutoff, hint, started)
+        newest = versions[-1]
+        try:
+            entry = load_entry(store, dataset_uuid, newest)
+        except VersionNotFoundError:
+            continue  # expired between the listing and the get: a newer one exists; list again
+        if entry.expired:
+            raise CorruptMetadataError(
+                f"dataset {dataset_uuid!r}: the newest log entry (version {newest}) is an expired tombstone"
+            )
+        meta = entry_metadata(store, dataset_uuid, entry) if entry.has_dataset else None
+        cutoff = meta.orphan_cutoff_ms if meta is not None else entry.orphan_cutoff_ms
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, hint, started)
+    raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
+
+
+def _main_format(store: Store, dataset_uuid: str) -> MetadataFormat | None:
+    for fmt in naming.METADATA_FORMATS:
+        if store.exists(naming.metadata_key(dataset_uuid, fmt)):
+            return fmt
+    return None
 
 
 def load_latest(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
-    """Newest committed version for a writer: the main file, then probe the log forward.
+    """Newest committed metadata (None when no dataset exists) and the main file's format."""
+    head = load_head(store, dataset_uuid)
+    return head.meta, head.fmt
 
-    A writer that died after claiming a version but before rewriting the main file leaves
-    the main file one (or more) versions behind; the probe finds those versions.
+
+def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, MetadataFormat | None]:
+    """The dataset's newest committed metadata and the main file's format.
+
+    :class:`DatasetNotFoundError` when no dataset exists.
     """
-    try:
-        meta, fmt = load_metadata(store, dataset_uuid)
-    except DatasetNotFoundError:
-        meta, fmt = None, None
-    version = meta.version if meta is not None and meta.version is not None else -1
-    while True:
-        try:
-            newer = load_version(store, dataset_uuid, version + 1)
-        except VersionNotFoundError:
-            break
-        meta, version = newer, version + 1
-        if newer.explicit_partitions is False:
-            meta = _discover_partitions(store, newer)
-    return meta, fmt
+    head = load_head(store, dataset_uuid)
+    if head.meta is None:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist in {store!r}")
+    return head.meta, head.fmt
+
+
+def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
+    """The metadata of one retained version, from its write-once log entry."""
+    return entry_metadata(store, dataset_uuid, load_entry(store, dataset_uuid, version))
 
 
 def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -> pa.Schema:
@@ -154,12 +273,7 @@ def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Sche
 
 def load_indices(store: Store, meta: DatasetMetadata, columns: Iterable[str], schema: pa.Schema) -> dict[str, ColumnIndex]:
     cols = [c for c in dict.fromkeys(columns) if c in meta.indices or c in meta.inline_indices]
-    if len(cols) <= 1:
-        return {c: load_index(store, meta, c, schema) for c in cols}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(8, len(cols))) as pool:
-        return dict(zip(cols, pool.map(lambda c: load_index(store, meta, c, schema), cols)))
+    return dict(zip(cols, parallel_map(lambda c: load_index(store, meta, c, schema), cols, max_workers=8)))
 
 
 def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:

@@ -8,7 +8,6 @@ residual predicate, and partition columns are rebuilt, typed, from the label.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ import pyarrow.types as pat
 
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
+from kstore.core.runtime import parallel_map
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
 from kstore.errors import CorruptMetadataError, KeyNotFoundError
 from kstore.io.store import Store
@@ -119,11 +119,7 @@ def read_plan(
     """Read every task of a plan in parallel and concatenate (plan order)."""
     if not plan.tasks:
         return empty_table(plan, columns)
-    if len(plan.tasks) == 1 or max_workers <= 1:
-        tables = [read_task(store, plan, t, columns) for t in plan.tasks]
-    else:
-        with ThreadPoolExecutor(min(max_workers, len(plan.tasks))) as pool:
-            tables = list(pool.map(lambda t: read_task(store, plan, t, columns), plan.tasks))
+    tables = parallel_map(lambda t: read_task(store, plan, t, columns), plan.tasks, max_workers=max_workers)
     return pa.concat_tables(tables)
 
 
@@ -206,8 +202,7 @@ def index_from_store(
     labels = list(labels)
     if not labels:
         return ColumnIndex.empty(column, vtype)
-    with ThreadPoolExecutor(max(1, min(max_workers, len(labels)))) as pool:
-        parts = list(pool.map(one, labels))
+    parts = parallel_map(one, labels, max_workers=max_workers)
     vals = [v.cast(vtype) if not v.type.equals(vtype) else v for v, _ in parts if len(v)]
     labs = [pa.array([lab] * len(v), pa.string()) for v, lab in parts if len(v)]
     if not vals:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ import pyarrow.types as pat
 
 from kstore.core import naming
 from kstore.core.index import ColumnIndex
+from kstore.core.runtime import parallel_map
 from kstore.core.stats import FileStats, file_stats
 from kstore.core.types import (
     check_partition_type,
@@ -47,6 +47,7 @@ __all__ = [
     "write_index_file",
     "write_stats_file",
     "write_common_metadata",
+    "common_metadata_bytes",
     "PARQUET_OPTIONS",
 ]
 
@@ -252,10 +253,7 @@ def write_partitions(
         values, data = item
         return _write_file(store, dataset_uuid, table_name, partition_on, values, data, index_columns, file_id)
 
-    if len(groups) <= 1 or max_workers <= 1:
-        return [work(g) for g in groups]
-    with ThreadPoolExecutor(min(max_workers, len(groups))) as pool:
-        return list(pool.map(work, groups))
+    return parallel_map(work, groups, max_workers=max_workers)
 
 
 def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:
@@ -291,11 +289,16 @@ def write_stats_file(store: Store, dataset_uuid: str, stats: pa.Table) -> str:
     return key
 
 
-def write_common_metadata(store: Store, dataset_uuid: str, table_name: str, schema: pa.Schema) -> str:
-    """Write the 0-row ``_common_metadata`` file kartothek reads the schema from."""
-    key = naming.common_metadata_key(dataset_uuid, table_name)
+def common_metadata_bytes(schema: pa.Schema) -> bytes:
+    """The 0-row ``_common_metadata`` Parquet file kartothek reads the schema from."""
     sink = io.BytesIO()
     pq.write_table(schema.empty_table(), sink)
-    store.put(key, sink.getvalue())
+    return sink.getvalue()
+
+
+def write_common_metadata(store: Store, dataset_uuid: str, table_name: str, schema: pa.Schema) -> str:
+    """Write ``_common_metadata`` for ``table_name``; returns its key."""
+    key = naming.common_metadata_key(dataset_uuid, table_name)
+    store.put(key, common_metadata_bytes(schema))
     return key
 

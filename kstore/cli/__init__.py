@@ -91,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     sp = add("gc", "garbage collect unreferenced files")
     sp.add_argument("--retention-days", type=float, default=7.0)
     sp.add_argument("--dry-run", action="store_true")
+    sp.add_argument("--allow-short-retention", action="store_true",
+                    help="allow a retention below 7 days (can fail long-running writes and reads)")
     sp = add("build-indices", "build secondary indices")
     sp.add_argument("columns", nargs="+")
     add("delete", "delete a dataset")
@@ -145,7 +147,7 @@ def _run(args: argparse.Namespace, out) -> int:
         return 0
     if args.command == "gc":
         res = kstore.garbage_collect(args.store, args.dataset, retention=timedelta(days=args.retention_days),
-                                     dry_run=args.dry_run)
+                                     dry_run=args.dry_run, enforce_retention_duration=not args.allow_short_retention)
         verb = "would delete" if res.dry_run else "deleted"
         print(f"{verb} {len(res.deleted_files)} files, expired versions {list(res.expired_versions)}, "
               f"retained {list(res.retained_versions)}", file=out)

@@ -77,6 +77,10 @@ class DatasetMetadata:
         Storage key of the per-file statistics file of this version, if any.
     explicit_partitions:
         False for kartothek's ``create_empty_dataset_header`` (no ``partitions`` key).
+    orphan_cutoff_ms:
+        The newest orphan cutoff of a garbage collection in this version's history (epoch
+        milliseconds): unreferenced files whose file id is older may have been deleted, so
+        a write whose files are older must not commit them (FORMAT.md, commit protocol).
     extra:
         Top-level keys this version of kstore does not know; written back unchanged.
     """
@@ -93,6 +97,7 @@ class DatasetMetadata:
     schema: pa.Schema | None = None
     txns: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     explicit_partitions: bool = True
+    orphan_cutoff_ms: int | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __reduce__(self):
@@ -197,6 +202,8 @@ class DatasetMetadata:
             "schema": _schema_to_text(self.schema),
             "txns": dict(self.txns),
         }
+        if self.orphan_cutoff_ms is not None:
+            out["kstore"]["orphan_cutoff_ms"] = self.orphan_cutoff_ms
         return out
 
     @classmethod
@@ -270,6 +277,9 @@ class DatasetMetadata:
         if stats is not None:
             naming.validate_dataset_key(uuid, stats)
         kv = ext.get("version")
+        cutoff = ext.get("orphan_cutoff_ms")
+        if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)):
+            raise CorruptMetadataError(f"dataset {uuid!r}: orphan_cutoff_ms must be an int, got {cutoff!r}")
         known = {"dataset_metadata_version", "dataset_uuid", "metadata", "partitions",
                  "partition_keys", "indices", "kstore"}
         return cls(
@@ -285,6 +295,7 @@ class DatasetMetadata:
             schema=_schema_from_text(ext.get("schema"), uuid),
             txns=_freeze({str(k): int(v) for k, v in (ext.get("txns") or {}).items()}),
             explicit_partitions=explicit,
+            orphan_cutoff_ms=cutoff,
             extra=_freeze({k: v for k, v in raw.items() if k not in known}),
         )
 

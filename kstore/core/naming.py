@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-import uuid as _uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Literal
 
+from kstore.core import runtime
 from kstore.errors import CorruptMetadataError, InvalidKeyError
 
 MetadataFormat = Literal["json", "msgpack.zstd"]
@@ -160,7 +160,7 @@ def label_from_data_key(dataset_uuid: str, table: str, key: str) -> str | None:
 
 def index_timestamp(now: datetime | None = None) -> str:
     """The timestamp part of an index file name: ``YYYY-MM-DDTHH:MM:SS.ffffff`` (UTC)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or runtime.current().now()
     return now.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds")
 
 
@@ -201,10 +201,8 @@ def new_file_id(now: float | None = None) -> str:
     Like kartothek's uuid4 ids it is unique; the time prefix lets garbage collection keep
     unreferenced files younger than the retention window (a write may still be running).
     """
-    import time
-
-    ms = int((time.time() if now is None else now) * 1000)
-    return f"k{ms:011x}_{_uuid.uuid4().hex[:20]}"
+    ms = int((runtime.current().time() if now is None else now) * 1000)
+    return f"k{ms:011x}_{runtime.current().token(10)}"
 
 
 _ID_TIME_RE = re.compile(r"k([0-9a-f]{11})_[0-9a-f]{20}")
@@ -212,8 +210,18 @@ _ID_TIME_RE = re.compile(r"k([0-9a-f]{11})_[0-9a-f]{20}")
 
 def file_id_time(key: str) -> float | None:
     """Epoch seconds encoded in a kstore file id inside ``key``; None for other ids."""
+    ms = file_id_ms(key)
+    return ms / 1000 if ms is not None else None
+
+
+def file_id_ms(key: str) -> int | None:
+    """Epoch milliseconds encoded in a kstore file id inside ``key``; None for other ids.
+
+    >>> file_id_ms("ds/table/p=1/k18bcfe56800_00000000000000000000.parquet")
+    1700000000000
+    """
     found = _ID_TIME_RE.findall(key)
-    return int(found[-1], 16) / 1000 if found else None
+    return int(found[-1], 16) if found else None
 
 
 def build_label(partition_values: Sequence[tuple[str, str]], file_id: str) -> str:

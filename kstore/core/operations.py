@@ -33,7 +33,7 @@ __all__ = ["Operation", "OperationKind", "check", "apply", "next_version", "Adde
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
-    "build_indices", "delete_rows", "compaction", "upgrade", "metadata",
+    "build_indices", "delete_rows", "compaction", "upgrade", "metadata", "vacuum", "delete",
 ]
 
 
@@ -70,10 +70,20 @@ class Operation:
     scope_labels: frozenset[str] | None = None
     scope: Any = None  # callable(base) -> set of labels in the scope now (commit block)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: for ``vacuum``/``delete``: files older than this (epoch ms) may be deleted as orphans
+    orphan_cutoff_ms: int | None = None
+    #: small user dict recorded in the log entry (``history()`` shows it), like Delta's commitInfo
+    info: Mapping[str, Any] | None = None
 
     @property
     def creates(self) -> bool:
         return self.kind in ("create", "overwrite")
+
+    @property
+    def is_fence(self) -> bool:
+        """``vacuum`` and ``delete`` change no data; they order garbage collection
+        against concurrent writers (FORMAT.md, commit protocol)."""
+        return self.kind in ("vacuum", "delete")
 
 
 def next_version(base: DatasetMetadata | None) -> int:
@@ -89,6 +99,8 @@ def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, sco
             f"dataset {dataset_uuid!r} already exists; pass overwrite=True to replace it or "
             "use update_dataset to append"
         )
+    if op.is_fence:
+        return
     if not op.creates and base is None:
         raise DatasetNotFoundError(
             f"dataset {dataset_uuid!r} does not exist (or was deleted while this write ran)"
@@ -123,8 +135,20 @@ def apply(
     dataset_uuid: str,
     schema: pa.Schema | None,
     now: str,
-) -> DatasetMetadata:
-    """The metadata after ``op`` (indices and stats keys are filled in by the commit block)."""
+    version: int | None = None,
+) -> DatasetMetadata | None:
+    """The metadata after ``op`` (indices and stats keys are filled in by the commit block).
+
+    ``version`` is the number the new version gets (default: the base's plus one; the
+    commit passes it when the newest log entry is a fence without a dataset). ``None``
+    comes back for ``delete`` and for a ``vacuum`` of a dataset that does not exist.
+    """
+    number = next_version(base) if version is None else version
+    if op.kind == "delete" or (op.kind == "vacuum" and base is None):
+        return None
+    if op.kind == "vacuum":
+        assert base is not None
+        return base.evolve(version=number, orphan_cutoff_ms=_later(base.orphan_cutoff_ms, op.orphan_cutoff_ms))
     if base is None or op.creates:
         user = dict(op.metadata or {})
         user.setdefault("creation_time", now)
@@ -152,12 +176,16 @@ def apply(
         txns[op.txn[0]] = int(op.txn[1])
     indices = {c: k for c, k in meta.indices.items() if c not in op.drop_index_columns}
     return meta.evolve(
-        version=next_version(base),
+        version=number,
         schema=schema,
         txns=txns,
         indices=indices,
         inline_indices={c: v for c, v in meta.inline_indices.items() if c not in op.drop_index_columns},
     )
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def labels_in_scope(meta: DatasetMetadata, labels: Sequence[str]) -> set[str]:

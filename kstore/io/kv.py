@@ -1,9 +1,13 @@
 """Adapter for any simplekv / minimalkv store (the kartothek store API).
 
 Most key-value stores have no atomic create. For them ``put_if_absent`` checks and then
-puts, which is safe for one writer at a time; concurrent committers need a backend with a
-real atomic create (local directory, S3, memory). Directory stores (``hfs://``) are mapped
-to :class:`~kstore.io.local.LocalStore` by :func:`~kstore.io.store.open_store` for that reason.
+puts, which is safe for one writer process at a time: two processes committing to the same
+dataset through such a store could both claim one version. The adapter therefore declares
+``atomic_create = False``, and every commit through it issues a
+:class:`~kstore.errors.UnsafeStoreWarning` (once per store) that says so; concurrent
+writers need a backend with a real atomic create (local directory, S3, memory).
+Directory stores (``hfs://``) are mapped to :class:`~kstore.io.local.LocalStore` by
+:func:`~kstore.io.store.open_store` for that reason.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ __all__ = ["KVStore"]
 
 
 class KVStore:
+    #: put_if_absent is check-then-put: atomic within one process only
+    atomic_create = False
+
     def __init__(self, kv: Any, url: str | None = None) -> None:
         self.kv = kv
         self.url = url
@@ -53,8 +60,11 @@ class KVStore:
     def exists(self, key: str) -> bool:
         return validate_key(key) in self.kv
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]:
-        return iter(self.kv.iter_keys(prefix=prefix))
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        keys = self.kv.iter_keys(prefix=prefix)
+        if start_after is None:
+            return iter(keys)
+        return (k for k in keys if k > start_after)
 
     def open(self, key: str) -> BinaryIO:
         try:

@@ -165,7 +165,12 @@ class LocalStore:
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]:
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        if start_after is not None:
+            return (k for k in self.iter_prefix(prefix) if k > start_after)
+        return self._iter_prefix(prefix)
+
+    def _iter_prefix(self, prefix: str) -> Iterator[str]:
         if prefix:
             if "\\" in prefix or "\x00" in prefix or any(p in (".", "..") for p in prefix.split("/")):
                 raise StoreError(f"invalid key prefix {prefix!r}")

@@ -64,9 +64,9 @@ class MemoryStore:
     def exists(self, key: str) -> bool:
         return validate_key(key) in self._data
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]:
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         with self._lock:
-            keys = [k for k in self._data if k.startswith(prefix)]
+            keys = [k for k in self._data if k.startswith(prefix) and (start_after is None or k > start_after)]
         return iter(keys)
 
     def open(self, key: str) -> BinaryIO:

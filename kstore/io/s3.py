@@ -354,26 +354,29 @@ class S3Store:
         except BotoCoreError as exc:
             raise self._store_error("head", full_key, exc) from exc
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]:
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         """Keys (relative to the store prefix) that start with ``prefix``, page by page.
 
         ``prefix`` is a plain string prefix: ``"ds"`` matches ``ds/x`` and ``ds2/y``,
         ``"ds/"`` only the former. "Folder" marker objects (names ending in ``/``) are
-        skipped; they are no valid keys.
+        skipped; they are no valid keys. ``start_after`` is passed to ``ListObjectsV2`` as
+        ``StartAfter``: the listing begins after that key.
         """
         if not isinstance(prefix, str):
             raise InvalidKeyError(f"invalid key prefix {prefix!r}: must be a string")
         if prefix:
             _check_prefix(prefix, "key prefix")
-        return self._list(self._key_prefix + prefix)
+        after = self._key_prefix + start_after if start_after is not None else None
+        return self._list(self._key_prefix + prefix, after)
 
-    def _list(self, full_prefix: str) -> Iterator[str]:
+    def _list(self, full_prefix: str, start_after: str | None = None) -> Iterator[str]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         cut = len(self._key_prefix)
+        extra = {"StartAfter": start_after} if start_after is not None else {}
         try:
             paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix, **extra):
                 for obj in page.get("Contents", ()):
                     name: str = obj["Key"]
                     if (

@@ -36,8 +36,12 @@ class Store(Protocol):
     - ``put_if_absent`` atomically creates the key; returns False (and writes nothing)
       when it exists. Commits rely on it.
     - ``delete`` of a missing key is not an error.
-    - ``iter_prefix`` lists keys starting with ``prefix`` (no order promised).
+    - ``iter_prefix`` lists keys starting with ``prefix`` (no order promised); with
+      ``start_after`` only keys that sort after it (S3's ``StartAfter``: finding the
+      newest log entries costs one listing call however long the log is).
     - ``open`` returns a seekable binary file for range reads.
+    - ``atomic_create`` (optional attribute, default True) says whether ``put_if_absent``
+      is atomic across processes; kstore warns when several writers would need it.
     """
 
     url: str | None
@@ -50,7 +54,7 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]: ...
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]: ...
 
     def exists(self, key: str) -> bool: ...
 
@@ -181,6 +185,7 @@ class CountingStore:
     def __init__(self, inner: StoreLike) -> None:
         self.inner = open_store(inner)
         self.url = getattr(self.inner, "url", None)
+        self.atomic_create = getattr(self.inner, "atomic_create", True)
         self.calls: Counter[str] = Counter()
         self.keys: list[tuple[str, str]] = []
         self._lock = threading.Lock()
@@ -214,9 +219,9 @@ class CountingStore:
         self._count("delete", key)
         self.inner.delete(key)
 
-    def iter_prefix(self, prefix: str) -> Iterator[str]:
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         self._count("iter_prefix", prefix)
-        return self.inner.iter_prefix(prefix)
+        return self.inner.iter_prefix(prefix, start_after)
 
     def exists(self, key: str) -> bool:
         self._count("exists", key)

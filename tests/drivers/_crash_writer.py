@@ -209,7 +209,8 @@ def main(spec: dict) -> dict:
         elif op == "gc":
             import datetime as dt
 
-            kstore.garbage_collect(url, uuid, retention=dt.timedelta(seconds=spec["retention"]))
+            kstore.garbage_collect(url, uuid, retention=dt.timedelta(seconds=spec["retention"]),
+                                   enforce_retention_duration=False)
         elif op == "delete_dataset":
             kstore.delete_dataset(url, uuid)
         elif op == "build_indices":

@@ -42,5 +42,5 @@ class HookStore:
     def open(self, key):
         return self._call("open", key)
 
-    def iter_prefix(self, prefix):
-        return iter(list(self._call("iter_prefix", prefix)))
+    def iter_prefix(self, prefix, start_after=None):
+        return iter(list(self._call("iter_prefix", prefix, start_after)))

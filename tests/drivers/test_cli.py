@@ -61,10 +61,10 @@ def test_history_gc_build_indices_delete(store):
     old = kstore.load_metadata(store, "sales")
     dropped = [k for lab, f in old.partitions.items() if lab.startswith("day=a/") for k in f.values()]
     kstore.update_dataset(store, "sales", delete_scope=[{"day": "a"}])
-    code, out = run("gc", store, "sales", "--retention-days", "0", "--dry-run")
+    code, out = run("gc", store, "sales", "--retention-days", "0", "--dry-run", "--allow-short-retention")
     assert code == 0 and out.startswith("would delete 4 files")  # day=a file, old loc + v indices, old stats
     assert kstore.open_store(store).exists(dropped[0])
-    code, out = run("gc", store, "sales", "--retention-days", "0")
+    code, out = run("gc", store, "sales", "--retention-days", "0", "--allow-short-retention")
     assert code == 0 and out.startswith("deleted 4 files, expired versions [0, 1]")
     assert not kstore.open_store(store).exists(dropped[0])
     code, out = run("delete", store, "sales")

@@ -28,7 +28,7 @@ import pytest
 import kstore
 from kstore.blocks import load
 from kstore.core import naming
-from kstore.errors import CommitConflictError, VersionNotFoundError
+from kstore.errors import CommitConflictError, DatasetNotFoundError, VersionNotFoundError
 from tests.drivers._stores import HookStore
 
 HELPER = Path(__file__).with_name("_crash_writer.py")
@@ -121,7 +121,8 @@ def log_versions(url: str) -> list[int]:
 
 
 def main_version(url: str) -> int:
-    return load.load_metadata(kstore.open_store(url), UUID)[0].version
+    """The version the main metadata file (what kartothek reads) shows."""
+    return load.load_main(kstore.open_store(url), UUID)[0].version
 
 
 def frame(p: list[str], ids: list[int], x: list[int] | None = None) -> pd.DataFrame:
@@ -444,9 +445,9 @@ def test_concurrent_appends_and_build_indices(tmp_path):
 
 
 def test_publish_never_leaves_the_main_file_behind_a_committed_version(tmp_path):
-    """Writer A claims v1. Before A publishes, B commits v2; while A re-publishes the newest
-    version it saw (v2), C commits v3 completely. C returned, so every reader must now see v3
-    (read-your-writes); the main file must not be left at v2 by A's late write."""
+    """Writer A claims v1. Before A publishes, B commits v2; while A lists the log to re-publish
+    the newest version it saw (v2), C commits v3 completely. C returned, so every reader must
+    now see v3 (read-your-writes); the main file must not be left at v2 by A's late write."""
     url, _ = local_store(tmp_path)
     kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
     done = []
@@ -457,7 +458,7 @@ def test_publish_never_leaves_the_main_file_behind_a_committed_version(tmp_path)
             kstore.update_dataset(url, UUID, frame(["b"], [1]))  # v2, complete
 
     def after(method, key, result):
-        if method == "exists" and key == naming.log_key(UUID, 3) and result is False and done == ["B"]:
+        if method == "iter_prefix" and key == naming.log_prefix(UUID) and done == ["B"]:
             done.append("C")
             kstore.update_dataset(url, UUID, frame(["c"], [2]))  # v3, complete
 
@@ -549,9 +550,8 @@ def test_crashed_append_leaves_a_consistent_dataset(tmp_path, point):
     # every committed version still reads, the current read is a whole committed version
     assert log_versions(url) == sorted(model)
     check_all_versions_read(url, model)
-    current = main_version(url)
-    assert current == (2 if main_published else 1)  # a claimed, unpublished version lags in the main file
-    assert set(ids_of(url)) == model[current]
+    assert main_version(url) == (2 if main_published else 1)  # a claimed, unpublished version lags there
+    assert set(ids_of(url)) == model[max(model)]  # readers follow the log: a claimed version is committed
 
     # what the dead writer left behind
     new_keys = dataset_keys(url) - before_keys
@@ -573,15 +573,20 @@ def test_crashed_append_leaves_a_consistent_dataset(tmp_path, point):
     if committed:
         assert {p_of(lab) for lab in meta.partitions} >= {"d", "e", "f"}
 
-    # GC with retention 0 removes the debris; everything the newest version references stays
-    gc = kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta())
+    # GC with retention 0 removes the debris; everything the newest version references stays.
+    # It commits its fence (nxt + 1) first; expired versions younger than an hour keep a
+    # tombstone (their number stays taken).
+    gc = kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta(), enforce_retention_duration=False)
     assert set(gc.deleted_files) >= orphans
-    assert gc.retained_versions == (nxt,) and set(gc.expired_versions) == set(range(nxt))
+    assert gc.fence_version == nxt + 1
+    assert gc.retained_versions == (nxt, nxt + 1) and set(gc.expired_versions) == set(range(nxt))
     after = dataset_keys(url)
     assert not (orphans & after)
-    newest = load.load_version(kstore.open_store(url), UUID, nxt)
-    assert after == newest.referenced_keys() | {
-        naming.log_key(UUID, nxt), naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+    newest = load.load_version(kstore.open_store(url), UUID, nxt + 1)
+    assert newest.referenced_keys() == load.load_version(kstore.open_store(url), UUID, nxt).referenced_keys()
+    assert after == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(nxt + 2)} | {
+        naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+    assert all(load.load_entry(kstore.open_store(url), UUID, v).expired for v in range(nxt))
     assert set(ids_of(url)) == model[nxt]
     with pytest.raises(VersionNotFoundError):
         kstore.read_dataset(url, UUID, version=0)
@@ -596,7 +601,7 @@ def test_crash_inside_put_leaves_no_temporary_file_after_gc(tmp_path):
     assert rc == -signal.SIGKILL, err[-2000:]
     assert any((root / ".kstore-tmp").iterdir())  # the interrupted put's temporary file
     kstore.update_dataset(url, UUID, frame(["g"], [500]))
-    kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta())
+    kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta(), enforce_retention_duration=False)
     leftovers = list((root / ".kstore-tmp").glob("*")) if (root / ".kstore-tmp").exists() else []
     assert not leftovers, f"temporary files of the dead writer were left behind: {leftovers}"
 
@@ -624,34 +629,50 @@ def test_crash_after_claim_then_gc_before_the_next_writer(tmp_path, op):
     assert log_versions(url) == [0, 1, 2] and main_version(url) == 1
     check_all_versions_read(url, model)
 
-    kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta())
-    # the current read (main file, version 1) still works
-    assert set(ids_of(url)) in (model[1], model[2])
+    gc = kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta(), enforce_retention_duration=False)
+    # GC's fence (version 3) repaired the main file; what version 2 references is intact
+    assert gc.fence_version == 3 and main_version(url) == 3
+    assert set(ids_of(url)) == model[2]
     meta = kstore.update_dataset(url, UUID, frame(["g"], [500]))
-    assert meta.version == 3 and main_version(url) == 3
+    assert meta.version == 4 and main_version(url) == 4
     assert set(ids_of(url)) == model[2] | {500}
 
 
-@pytest.mark.parametrize("kill_after", ["first-data-file-delete", "first-log-delete"])
+GC_KILLS = {  # (key pattern, n-th matching call, count deletes instead of puts)
+    "after-fence-claim": (r"^ds/_kstore/log/", 1, False),
+    "after-first-tombstone": (r"^ds/_kstore/log/", 2, False),
+    "after-first-data-file-delete": (r"^ds/table/", 1, True),
+}
+
+
+@pytest.mark.parametrize("kill_after", list(GC_KILLS))
 def test_crashed_gc_leaves_every_listed_version_readable(tmp_path, kill_after):
-    """GC killed half-way: every version history still lists must read (a log entry must
-    never outlive the files it references), and the next GC finishes the job."""
+    """GC killed half-way: every version the log still holds must read (an entry must never
+    outlive the files it references), and the next GC finishes the job."""
     url, _ = local_store(tmp_path)
     model = crash_base(url)
     kstore.update_dataset(url, UUID, delete_scope=[{"p": "a"}])  # p=a files: only versions 0, 1
     model[2] = {1, 3, 4}
-    pattern = r"^ds/table/" if kill_after == "first-data-file-delete" else r"^ds/_kstore/log/"
+    pattern, n, deletes = GC_KILLS[kill_after]
     rc, _, err = run_writer({"url": url, "uuid": UUID, "op": "gc", "retention": 0,
-                             "hook": {"pattern": pattern, "n": 1, "when": "after", "deletes": True}})
+                             "hook": {"pattern": pattern, "n": n, "when": "after", "deletes": deletes}})
     assert rc == -signal.SIGKILL, err[-2000:]
+    model[3] = model[2]  # the fence: same rows
+    st = kstore.open_store(url)
     for v in log_versions(url):
-        assert set(ids_of(url, version=v)) == model[v], f"version {v} is listed but does not read"
+        if not load.load_entry(st, UUID, v).expired:
+            assert set(ids_of(url, version=v)) == model[v], f"version {v} is retained but does not read"
     assert set(ids_of(url)) == model[2]
-    kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta())
-    assert log_versions(url) == [2]
-    newest = load.load_version(kstore.open_store(url), UUID, 2)
-    assert dataset_keys(url) == newest.referenced_keys() | {
-        naming.log_key(UUID, 2), naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+    gc = kstore.garbage_collect(url, UUID, retention=pd.Timedelta(0).to_pytimedelta(),
+                                enforce_retention_duration=False)
+    # a second fence only when the first run left garbage (it deletes in key order)
+    last = 3 if gc.fence_version is None else 4
+    assert gc.fence_version in (None, 4) and bool(gc.deleted_files) == (last == 4)
+    assert [v for v in log_versions(url) if not load.load_entry(st, UUID, v).expired] == list(range(3, last + 1))
+    newest = load.load_version(st, UUID, last)
+    assert dataset_keys(url) == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(last + 1)} | {
+        naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+    assert set(ids_of(url)) == model[2]
 
 
 def test_crashed_delete_dataset_can_be_finished(tmp_path):
@@ -661,10 +682,17 @@ def test_crashed_delete_dataset_can_be_finished(tmp_path):
     rc, _, err = run_writer({"url": url, "uuid": UUID, "op": "delete_dataset",
                              "hook": {"pattern": r"^ds/", "n": 3, "when": "after", "deletes": True}})
     assert rc == -signal.SIGKILL, err[-2000:]
-    assert kstore.open_store(url).exists(naming.metadata_key(UUID))  # the main file goes last
-    kstore.delete_dataset(url, UUID)
-    assert dataset_keys(url) == set()
+    with pytest.raises(DatasetNotFoundError):  # the delete version (2) is committed first
+        kstore.read_dataset(url, UUID)
+    kstore.delete_dataset(url, UUID)  # a second delete finishes the job (and commits version 3)
+    # what stays: the log entries (tombstones younger than an hour, the delete fences)
+    assert dataset_keys(url) == {naming.log_key(UUID, v) for v in range(4)}
+    st = kstore.open_store(url)
+    assert [load.load_entry(st, UUID, v).operation for v in range(4)] == ["create", "append", "delete", "delete"]
     assert ids_of_uuid(url, "other") == [1]
+    # the dataset can be created again; the numbering continues
+    assert kstore.store_dataset(url, UUID, frame(["z"], [9]), partition_on="p").version == 4
+    assert ids_of_uuid(url, UUID) == [9]
 
 
 def ids_of_uuid(url: str, uuid: str) -> list:

@@ -52,6 +52,8 @@ import pytest
 import zstandard
 
 import kstore
+from kstore.blocks import load
+from kstore.core import naming
 from kstore.errors import (
     ColumnNotFoundError,
     CorruptMetadataError,
@@ -1006,9 +1008,22 @@ def test_failed_overwrite_keeps_the_old_dataset(store_url):
 @pytest.mark.parametrize("fmt", ["json", "msgpack.zstd"])
 @pytest.mark.parametrize("garbage", [b"\x00garbage\xff{", b"", b"[1, 2]", b'{"dataset_metadata_version": 4}'])
 def test_corrupt_main_metadata_file(store_url, fmt, garbage):
+    """The log is the truth for a versioned dataset: a damaged main file does not stop kstore
+    (reads follow the log, the next commit writes a good main file again). Without a log (a
+    kartothek dataset) the damage is a clear CorruptMetadataError, and nothing is written."""
     kstore.store_dataset(store_url, "ds", simple_frame(), partition_on="p", metadata_format=fmt)
     st = kstore.open_store(store_url)
-    st.put(f"ds.by-dataset-metadata.{fmt}", garbage)
+    main = f"ds.by-dataset-metadata.{fmt}"
+    expected = kstore.read_dataset(store_url, "ds")
+    st.put(main, garbage)
+    assert kstore.read_dataset(store_url, "ds").equals(expected)
+    assert kstore.update_dataset(store_url, "ds", simple_frame()).version == 1
+    assert load.load_main(st, "ds")[0].version == 1  # repaired by the commit
+    assert len(kstore.read_dataset(store_url, "ds")) == 2 * len(expected)
+    # unversioned (no log): nothing to fall back to
+    for key in list(st.iter_prefix(naming.log_prefix("ds"))):
+        st.delete(key)
+    st.put(main, garbage)
     before = set(st.iter_prefix("ds"))
     for call in ("read_dataset", "load_metadata", "plan_read", "update_dataset"):
         with raises(CorruptMetadataError, "'ds'"):
@@ -1251,8 +1266,9 @@ def test_plan_call_budget(budget_store, case):
     counting = CountingStore(url)
     plan = kstore.plan_read(counting, "budget", predicates=pred)
     calls = dict(counting.calls)
-    assert calls.get("iter_prefix", 0) == 0, calls
-    assert calls == {"get": 1 + n_indices}, calls
+    # 1 get of the main file, 1 listing of the log entries after it (none), 1 get per index
+    assert calls == {"get": 1 + n_indices, "iter_prefix": 1}, calls
+    assert [k for m, k in counting.keys if m == "iter_prefix"] == [naming.log_prefix("budget")]
     assert plan.n_partitions == n
     # the plan is right, too
     k = np.arange(n)
@@ -1277,7 +1293,7 @@ def test_plan_call_budget_plain_column_uses_statistics(budget_store):
     url, n = budget_store
     counting = CountingStore(url)
     plan = kstore.plan_read(counting, "budget", predicates=[[("v", ">=", n - 2.0)]])
-    assert dict(counting.calls) == {"get": 2}
+    assert dict(counting.calls) == {"get": 2, "iter_prefix": 1}
     assert {lab.split("/")[0] for lab in plan.partitions} == {f"k={n - 2}", f"k={n - 1}"}
 
 
@@ -1286,8 +1302,8 @@ def test_plan_call_budget_msgpack(store_url):
                          metadata_format="msgpack.zstd")
     counting = CountingStore(store_url)
     kstore.plan_read(counting, "mp", predicates=[[("x", "==", 10)]])
-    # JSON is tried first (a miss), then msgpack.zstd, then the index
-    assert dict(counting.calls) == {"get": 3}
+    # JSON is tried first (a miss), then msgpack.zstd, the log listing, then the index
+    assert dict(counting.calls) == {"get": 3, "iter_prefix": 1}
 
 
 def test_read_opens_only_planned_files(budget_store):
@@ -1297,4 +1313,4 @@ def test_read_opens_only_planned_files(budget_store):
     expected = [i for i in range(n) if i % 50 == 3 and i % 7 == 3]
     assert sorted(out["k"]) == expected
     assert counting.calls["open"] == len(expected)
-    assert counting.calls.get("iter_prefix", 0) == 0
+    assert [k for m, k in counting.keys if m == "iter_prefix"] == [naming.log_prefix("budget")]

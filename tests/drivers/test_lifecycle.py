@@ -19,7 +19,7 @@ import pytest
 import kstore
 from kstore.blocks import load
 from kstore.blocks.gc import collect_garbage
-from kstore.core import naming
+from kstore.core import naming, runtime
 from kstore.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -189,17 +189,21 @@ def test_gc_retention_default_keeps_old_versions_and_young_orphans(tmp_path):
     before = keys_of(url)
     gc = kstore.garbage_collect(url, UUID)  # 7 days
     assert set(gc.deleted_files) == {old_orphan, anon_orphan}
-    assert gc.expired_versions == () and gc.retained_versions == tuple(sorted(model))
-    assert keys_of(url) == before - {old_orphan, anon_orphan}
+    fence = max(model) + 1  # committed before any file is deleted; changes no data
+    assert gc.fence_version == fence
+    assert gc.expired_versions == () and gc.retained_versions == (*sorted(model), fence)
+    assert keys_of(url) == before - {old_orphan, anon_orphan} | {naming.log_key(UUID, fence)}
+    model[fence] = model[fence - 1]
     for v, ids in model.items():
         assert set(ids_of(url, version=v)) == ids
+    assert kstore.history(url, UUID)[-1].operation == "vacuum"
 
 
 def test_gc_dry_run_reports_and_deletes_nothing(tmp_path):
     url = local_url(tmp_path)
     model = build_versions(url)
     before = keys_of(url)
-    gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), dry_run=True)
+    gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), dry_run=True, enforce_retention_duration=False)
     assert gc.dry_run
     newest = max(model)
     assert gc.retained_versions == (newest,) and gc.expired_versions == tuple(range(newest))
@@ -215,18 +219,20 @@ def test_gc_retention_zero_expires_old_versions(tmp_path):
     model = build_versions(url)
     newest = max(model)
     keep = referenced(url, [newest])
-    gc = kstore.garbage_collect(url, UUID, retention=timedelta(0))
+    gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), enforce_retention_duration=False)
     assert not gc.dry_run and gc.expired_versions == tuple(range(newest))
-    assert keys_of(url) == keep | {naming.log_key(UUID, newest), naming.metadata_key(UUID),
-                                   naming.common_metadata_key(UUID)}
-    assert [e.version for e in kstore.history(url, UUID)] == [newest]
+    fence = newest + 1
+    # expired versions younger than an hour keep a tombstone: their numbers stay taken
+    assert keys_of(url) == keep | {naming.log_key(UUID, v) for v in range(fence + 1)} | {
+        naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+    assert [e.version for e in kstore.history(url, UUID)] == [newest, fence]
     for v in range(newest):
         with pytest.raises(VersionNotFoundError):
             kstore.read_dataset(url, UUID, version=v)
     assert set(ids_of(url)) == model[newest] and set(ids_of(url, version=newest)) == model[newest]
     assert set(kstore.read_dataset(url, UUID, predicates=[[("s", "==", "s1")]])["id"]) == {10, 13}
     # the next commit still follows the log
-    assert kstore.update_dataset(url, UUID, frame(["e"], [30])).version == newest + 1
+    assert kstore.update_dataset(url, UUID, frame(["e"], [30])).version == fence + 1
 
 
 def test_gc_window_keeps_the_version_current_at_the_window_start(tmp_path):
@@ -237,8 +243,10 @@ def test_gc_window_keeps_the_version_current_at_the_window_start(tmp_path):
     hist = kstore.history(url, UUID)
     cutoff = hist[1].timestamp + (hist[2].timestamp - hist[1].timestamp) / 2
     retention = timedelta(hours=1)
-    gc = collect_garbage(kstore.open_store(url), UUID, retention=retention, now=cutoff + retention)
-    assert gc.expired_versions == (0,) and gc.retained_versions == tuple(range(1, max(model) + 1))
+    with runtime.installed(runtime.FixedRuntime((cutoff + retention).timestamp())):
+        gc = collect_garbage(kstore.open_store(url), UUID, retention=retention)
+    fence = max(model) + 1
+    assert gc.expired_versions == (0,) and gc.retained_versions == tuple(range(1, fence + 1))
     for v in range(1, max(model) + 1):
         assert set(ids_of(url, version=v)) == model[v]
     assert set(ids_of(url, as_of=cutoff)) == model[1]
@@ -287,7 +295,7 @@ def test_txn_idempotence(store_url):
     # the re-submitted writes' data files are not referenced; GC removes them
     data = {k for k in keys_of(store_url) if k.startswith(f"{UUID}/table/") and k.endswith(".parquet")}
     unreferenced = data - kstore.load_metadata(store_url, UUID).referenced_keys()
-    kstore.garbage_collect(store_url, UUID, retention=timedelta(0))
+    kstore.garbage_collect(store_url, UUID, retention=timedelta(0), enforce_retention_duration=False)
     assert not (unreferenced & keys_of(store_url))
 
 
@@ -323,17 +331,30 @@ def test_delete_dataset_deletes_every_key_main_file_last(tmp_path):
     own = keys_of(url)
     others = set(kstore.open_store(url).iter_prefix("")) - own
     rec = RecordingStore(url)
+    fence = max(load.log_versions(kstore.open_store(url), UUID)) + 1
     n = kstore.delete_dataset(rec, UUID)
+    # the delete version is committed first; then the main file, then every other key
+    claims = [i for i, (m, k) in enumerate(rec.calls) if m == "put_if_absent"]
+    assert [rec.calls[i][1] for i in claims] == [naming.log_key(UUID, fence)]
     deletes = [k for m, k in rec.calls if m == "delete"]
+    assert deletes[0] == naming.metadata_key(UUID) and min(rec.calls.index(("delete", k)) for k in deletes) > claims[0]
+    log = {naming.log_key(UUID, v) for v in range(fence)}
     existing = [k for k in deletes if k in own]
-    assert set(existing) == own and len(existing) == len(own) == n
-    assert existing[-1] == naming.metadata_key(UUID), "the main metadata file must be deleted last"
-    assert set(kstore.open_store(url).iter_prefix("")) == others
+    assert set(existing) == own - log and len(existing) == n
+    # what stays: the log (expired versions younger than an hour as tombstones, and the fence)
+    st = kstore.open_store(url)
+    assert set(st.iter_prefix("")) == others | log | {naming.log_key(UUID, fence)}
+    assert all(load.load_entry(st, UUID, v).expired for v in range(fence))
     with pytest.raises(DatasetNotFoundError):
         kstore.read_dataset(url, UUID)
     with pytest.raises(DatasetNotFoundError):
         kstore.delete_dataset(url, UUID)
+    with pytest.raises(DatasetNotFoundError):
+        kstore.history(url, UUID)
     assert ids_of(url, "ds2") == [0] and ids_of(url, "ds.b") == [0]
+    # created again, the dataset continues the numbering after the delete
+    assert kstore.store_dataset(url, UUID, frame(["n"], [7]), partition_on="p").version == fence + 1
+    assert [h.version for h in kstore.history(url, UUID)] == [fence + 1]
 
 
 @pytest.mark.parametrize("target_kind", ["file", "memory"])
@@ -493,7 +514,7 @@ def test_delete_rows_rewrites_only_affected_files_and_plateau_reads_the_result(t
     assert set(ids_of(url, "pds", version=0)) == set(range(8))  # the old version is still there
     # old files are garbage only once the version referencing them expires
     assert not kstore.garbage_collect(url, "pds").deleted_files
-    gc = kstore.garbage_collect(url, "pds", retention=timedelta(0))
+    gc = kstore.garbage_collect(url, "pds", retention=timedelta(0), enforce_retention_duration=False)
     assert {before.partitions[lab][before.table] for lab in affected} <= set(gc.deleted_files)
     assert plateau_read(root, "pds")["id"].tolist() == want["id"].tolist()
 

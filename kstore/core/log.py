@@ -1,0 +1,185 @@
+"""Log entries: the write-once record of one committed version (FORMAT.md B.1).
+
+A log entry lives at ``<uuid>/_kstore/log/<version:020d>.json``. Claiming that key with an
+atomic put-if-absent IS the commit. An entry is one of:
+
+- a **version of the dataset**: ``metadata`` holds the full dataset metadata of that version;
+- a **tombstone**: garbage collection expired the version (``expired: true``, no metadata).
+  The key stays until the entry is older than :data:`LOG_MIN_AGE`, so that the version
+  number can never be claimed a second time;
+- a **fence without a dataset**: ``operation`` is ``"delete"`` (the dataset was deleted) or
+  ``"vacuum"`` on a dataset that was never created (garbage collection of a failed
+  create). ``metadata`` is null; the next create continues the numbering.
+
+``orphan_cutoff_ms`` (on ``vacuum`` and ``delete`` entries) is the garbage collector's
+promise: files whose kstore file id is older than this instant and which no retained
+version referenced may have been deleted. A writer whose own files are older than the
+newest cutoff it sees must not commit them (:mod:`kstore.blocks.commit`).
+
+Examples
+--------
+>>> from datetime import datetime, timezone
+>>> e = LogEntry(version=3, commit_id="c0ffee", operation="append", parent=2,
+...              timestamp=datetime(2024, 1, 1, tzinfo=timezone.utc), metadata={"dataset_uuid": "d"})
+>>> LogEntry.from_dict(e.to_dict(), dataset_uuid="d", version=3) == e
+True
+>>> e.tombstone().has_dataset, e.tombstone().expired
+(False, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any
+
+from kstore.errors import CorruptMetadataError
+
+__all__ = ["LogEntry", "LOG_MIN_AGE", "FENCE_OPERATIONS"]
+
+#: A log entry is never deleted before it is this old (it is replaced by a tombstone when
+#: its version expires earlier). Together with the writers' base-age limit
+#: (:data:`kstore.blocks.commit.BASE_MAX_AGE`) this makes version numbers unique forever.
+LOG_MIN_AGE = timedelta(hours=1)
+
+#: Operations that may carry an orphan cutoff.
+FENCE_OPERATIONS = ("vacuum", "delete")
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One version's log entry (see the module docstring)."""
+
+    version: int
+    commit_id: str | None
+    operation: str
+    timestamp: datetime
+    parent: int | None = None
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    rows_added: int = 0
+    txn: tuple[str, int] | None = None
+    writer: str = "?"
+    metadata: Mapping[str, Any] | None = None
+    orphan_cutoff_ms: int | None = None
+    expired: bool = False
+    info: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def has_dataset(self) -> bool:
+        """True when the entry holds a version of the dataset (not a tombstone or fence)."""
+        return self.metadata is not None
+
+    @property
+    def deletes_dataset(self) -> bool:
+        """True for the fence ``delete_dataset`` writes (and a vacuum of a dataset-less log)."""
+        return not self.expired and self.metadata is None
+
+    def tombstone(self) -> LogEntry:
+        """This entry with its metadata dropped, marked expired (keeps the number taken)."""
+        return replace(self, metadata=None, expired=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": self.version,
+            "parent": self.parent,
+            "commit_id": self.commit_id,
+            "timestamp": self.timestamp.isoformat(),
+            "operation": self.operation,
+            "added": list(self.added),
+            "removed": list(self.removed),
+            "rows_added": self.rows_added,
+            "txn": list(self.txn) if self.txn else None,
+            "writer": self.writer,
+            "metadata": _thaw(self.metadata) if self.metadata is not None else None,
+        }
+        if self.orphan_cutoff_ms is not None:
+            out["orphan_cutoff_ms"] = self.orphan_cutoff_ms
+        if self.expired:
+            out["expired"] = True
+        if self.info:
+            out["info"] = _thaw(self.info)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any, *, dataset_uuid: str, version: int) -> LogEntry:
+        """Validate a decoded entry read from version ``version``'s key.
+
+        Every defect (missing or mistyped field, another version number) is a
+        :class:`~kstore.errors.CorruptMetadataError` naming the dataset, version and field.
+        """
+        where = f"dataset {dataset_uuid!r}: log entry of version {version}"
+        if not isinstance(raw, Mapping):
+            raise CorruptMetadataError(f"{where} is not a mapping (got {type(raw).__name__})")
+
+        def get(name: str, kinds: tuple[type, ...], default: Any = None, required: bool = False) -> Any:
+            if name not in raw or raw[name] is None:
+                if required:
+                    raise CorruptMetadataError(f"{where} has no {name!r}")
+                return default
+            value = raw[name]
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise CorruptMetadataError(
+                    f"{where}: {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got {value!r:.80}"
+                )
+            return value
+
+        stored = get("version", (int,), required=True)
+        if stored != version:
+            raise CorruptMetadataError(f"{where} says it is version {stored}")
+        parent = get("parent", (int,))
+        stamp = get("timestamp", (str,), required=True)
+        try:
+            ts = datetime.fromisoformat(stamp)
+        except ValueError as exc:
+            raise CorruptMetadataError(f"{where}: timestamp {stamp!r:.80} is not an ISO date-time") from exc
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=timezone.utc)
+        operation = get("operation", (str,), default="?")
+        added = _strings(get("added", (list, tuple), default=()), where, "added")
+        removed = _strings(get("removed", (list, tuple), default=()), where, "removed")
+        rows = get("rows_added", (int,), default=0)
+        txn_raw = get("txn", (list, tuple))
+        txn = None
+        if txn_raw is not None:
+            if len(txn_raw) != 2 or not isinstance(txn_raw[0], str) or not isinstance(txn_raw[1], int):
+                raise CorruptMetadataError(f"{where}: txn must be [app_id, version], got {txn_raw!r:.80}")
+            txn = (txn_raw[0], int(txn_raw[1]))
+        metadata = get("metadata", (Mapping,))
+        cutoff = get("orphan_cutoff_ms", (int, float))
+        if cutoff is not None and not math.isfinite(cutoff):
+            raise CorruptMetadataError(f"{where}: orphan_cutoff_ms is not finite")
+        expired = get("expired", (bool,), default=False)
+        info = get("info", (Mapping,), default={})
+        commit_id = get("commit_id", (str,))
+        return cls(
+            version=stored,
+            commit_id=commit_id,
+            operation=operation,
+            timestamp=ts,
+            parent=parent,
+            added=added,
+            removed=removed,
+            rows_added=rows,
+            txn=txn,
+            writer=str(get("writer", (str,), default="?")),
+            metadata=metadata,
+            orphan_cutoff_ms=int(cutoff) if cutoff is not None else None,
+            expired=expired,
+            info=MappingProxyType(dict(info)),
+        )
+
+
+def _strings(values: Any, where: str, name: str) -> tuple[str, ...]:
+    if not all(isinstance(v, str) for v in values):
+        raise CorruptMetadataError(f"{where}: {name!r} must be a list of partition labels")
+    return tuple(values)
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
