@@ -13,6 +13,7 @@ class HookStore:
     def __init__(self, inner, before: Callable | None = None, after: Callable | None = None) -> None:
         self.inner = kstore.open_store(inner)
         self.url = self.inner.url
+        self.atomic_create = getattr(self.inner, "atomic_create", True)
         self.before = before or (lambda m, k: None)
         self.after = after or (lambda m, k, r: None)
         self.calls: list[tuple[str, str]] = []
