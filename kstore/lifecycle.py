@@ -27,6 +27,7 @@ from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
+from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import write_partitions
 from kstore.core import naming
@@ -35,7 +36,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import bind, parse
-from kstore.errors import ColumnNotFoundError, DatasetExistsError, InvalidArgumentError
+from kstore.errors import ColumnNotFoundError, CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
 from kstore.io.store import StoreLike, open_store
 
 __all__ = [
@@ -51,11 +52,13 @@ __all__ = [
 ]
 
 
-def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[str]) -> DatasetMetadata:
+def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[str], *,
+                  txn: tuple[str, int] | None = None) -> DatasetMetadata:
     """Build (or rebuild) secondary indices of ``columns`` over every partition; one commit.
 
     Reads only the indexed column of each file. Partitions appended concurrently are
     indexed at commit time, so the index always covers the committed partitions.
+    ``txn=(app_id, version)`` makes the build idempotent, as for every write.
     """
     st = open_store(store)
     cols = [columns] if isinstance(columns, str) else list(columns)
@@ -74,15 +77,21 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
         c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
         for c in cols
     }
-    op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table)
+    op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table,
+                   txn=_check_txn(txn))
     return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt)
 
 
-def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any) -> DatasetMetadata:
+def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
+                txn: tuple[str, int] | None = None) -> DatasetMetadata:
     """Delete the rows matching ``predicates``: rewrite only the affected files (copy-on-write).
 
     A file left empty is dropped. If another writer removes or replaces an affected
-    partition before this commits, it fails with :class:`~kstore.errors.CommitConflictError`.
+    partition, or adds a file the predicate may match (by the indices and statistics),
+    before this commits, it fails with :class:`~kstore.errors.CommitConflictError`: the
+    delete did not see those rows, and committing it would leave them in place.
+    ``txn=(app_id, version)`` makes the delete idempotent (a re-run after it committed
+    changes nothing).
     """
     from kstore.core.predicates import to_expression
     from kstore.core.types import read_schema
@@ -93,6 +102,8 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any) -> Dataset
         from kstore.errors import DatasetNotFoundError
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    if txn is not None and base.txns.get(_check_txn(txn)[0], -1) >= txn[1]:
+        return base  # committed before: nothing to rewrite
     schema = load.load_schema(st, base)
     if parse(predicates) is None:
         raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
@@ -116,9 +127,36 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any) -> Dataset
                                           index_columns=sec, table_name=base.table))
     if not remove:
         return base
+    pred_cols = [t.column for c in dnf for t in c]
+
+    def may_match(meta: DatasetMetadata) -> set[str]:
+        """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
+        if meta.version == base.version:
+            return {t.label for t in plan.tasks}
+        s = load.load_schema(st, meta)
+        idx = load.load_indices(st, meta, pred_cols, s)
+        return {t.label for t in _plan(meta, s, predicates, indices=idx, stats=load.load_stats(st, meta)).tasks}
+
     op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
-                   partition_on=base.partition_keys)
-    return commit(st, dataset_uuid, op, files=files, schema=None)
+                   partition_on=base.partition_keys, txn=_check_txn(txn),
+                   scope_labels=frozenset(t.label for t in plan.tasks))
+    try:
+        meta = commit(st, dataset_uuid, op, files=files, schema=None, scope=may_match)
+    except CommitStateUnknownError:
+        raise  # committed (or may be): its files stay
+    except BaseException:
+        delete_files(st, files)
+        raise
+    if files and not (meta.referenced_keys() & {f.key for f in files}):
+        delete_files(st, files)  # the transaction was committed before: these files are unused
+    return meta
+
+
+def _check_txn(txn: Any) -> tuple[str, int] | None:
+    if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
+                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)):
+        raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    return txn
 
 
 def _mask(table: pa.Table, expr) -> np.ndarray:

@@ -31,7 +31,7 @@ from kstore.blocks.commit import commit_entry, republish_newest
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.operations import Operation
-from kstore.errors import CorruptMetadataError, DatasetNotFoundError, KstoreError, VersionNotFoundError
+from kstore.errors import CorruptMetadataError, DatasetNotFoundError, VersionNotFoundError
 from kstore.io.store import Store
 
 __all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
@@ -88,9 +88,13 @@ def _is_file(uuid: str, key: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class _LogState:
     retained: tuple[int, ...]
-    expired: tuple[int, ...]       # versions to tombstone or delete now
+    expired: tuple[LogEntry, ...]  # entries to replace by tombstones now
     drop: tuple[int, ...]          # entries (expired earlier or now) old enough to delete
     references: frozenset[str]
+
+    @property
+    def expired_versions(self) -> tuple[int, ...]:
+        return tuple(sorted([e.version for e in self.expired] + list(self.drop)))
 
 
 def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogState:
@@ -137,7 +141,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
         if old:
             drop.append(v)
         elif e is not None and not e.expired:
-            expired.append(v)
+            expired.append(e)
     refs: set[str] = set()
     for v in retained:
         e = entries[v]
@@ -199,18 +203,17 @@ def collect_garbage(
         remove_temporary = getattr(store, "remove_temporary", None)
         if remove_temporary is not None:  # temporary files of puts a crash interrupted (local stores)
             remove_temporary(dataset_uuid, cutoff.timestamp())
-    return GCResult(tuple(garbage), tuple(sorted(state.expired + state.drop)), state.retained, dry_run, fence)
+    return GCResult(tuple(garbage), state.expired_versions, state.retained, dry_run, fence)
 
 
 def _expire(store: Store, uuid: str, state: _LogState) -> None:
-    """Tombstone young expired entries, delete old ones (never a retained one)."""
-    for v in state.expired:
-        key = naming.log_key(uuid, v)
-        try:
-            entry = load.load_entry(store, uuid, v)
-        except KstoreError:
-            continue
-        store.put(key, serialize.dumps(entry.tombstone().to_dict(), "json"))
+    """Tombstone young expired entries, delete old ones (never a retained one).
+
+    Any failure propagates: GC deletes no file unless every version that used it has
+    stopped being listed as retained.
+    """
+    for entry in state.expired:
+        store.put(naming.log_key(uuid, entry.version), serialize.dumps(entry.tombstone().to_dict(), "json"))
     for v in state.drop:
         store.delete(naming.log_key(uuid, v))
 
@@ -236,14 +239,10 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
     done = commit_entry(store, dataset_uuid, Operation(kind="delete", orphan_cutoff_ms=cutoff_ms,
                                                        read_version=head.version))
     fence = done.entry.version if done.entry is not None else -1
-    n = 0
-    for key in keys:
-        if _is_file(dataset_uuid, key) or key.endswith("/" + naming.COMMON_METADATA):
-            store.delete(key)
-            n += 1
-    versions = [v for v in load.log_versions(store, dataset_uuid) if v < fence]
+    # the versions before the fence stop being listed first, then their files go
     horizon = runtime.current().now() - LOG_MIN_AGE
-    for v in versions:
+    n = 0
+    for v in [v for v in load.log_versions(store, dataset_uuid) if v < fence]:
         try:
             entry = load.load_entry(store, dataset_uuid, v)
         except VersionNotFoundError:
@@ -255,6 +254,10 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
             n += 1
         elif not entry.expired:
             store.put(naming.log_key(dataset_uuid, v), serialize.dumps(entry.tombstone().to_dict(), "json"))
+    for key in keys:
+        if _is_file(dataset_uuid, key) or key.endswith("/" + naming.COMMON_METADATA):
+            store.delete(key)
+            n += 1
     remove_temporary = getattr(store, "remove_temporary", None)
     if remove_temporary is not None:
         remove_temporary(dataset_uuid, float("inf"))

@@ -51,9 +51,11 @@ class Operation:
     """What a writer asks the commit to do.
 
     ``remove`` lists partition labels to drop, as the writer resolved them at
-    ``read_version``; ``scope_labels`` is the set of labels the writer's scope matched at
-    that version (for conflict detection: if the scope matches other labels now, another
-    writer changed it concurrently).
+    ``read_version``; ``scope_labels`` is the set of labels the writer's scope (a delete
+    scope, the partitions an overwrite replaces, the files a row predicate may match)
+    covered at that version. If the scope covers a label now that it did not then, another
+    writer added data the operation did not see: a conflict (the operation would not be
+    serializable in commit order).
     """
 
     kind: OperationKind
@@ -120,8 +122,8 @@ def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, sco
                 f"{op.read_version}, which this write read) already removed or replaced "
                 f"partition(s) {gone[:5]}{' ...' if len(gone) > 5 else ''}"
             )
-    if op.scope_labels is not None and scope_now is not None and scope_now != set(op.scope_labels):
-        added = sorted(scope_now - set(op.scope_labels))
+    added = sorted(scope_now - set(op.scope_labels)) if (op.scope_labels is not None and scope_now is not None) else []
+    if added:
         raise CommitConflictError(
             f"dataset {dataset_uuid!r}: version {base.version} added partition(s) "
             f"{added[:5]} inside this write's scope after version {op.read_version}, which it read"

@@ -1,0 +1,718 @@
+"""Deterministic simulation of kstore's commit/GC protocol under concurrency and faults.
+
+One *schedule* = one seed. Actors (writers, a garbage collector, readers) run the real
+kstore API in threads, but only one runs at a time: every store call is a yield point at
+which a seeded scheduler picks the actor that goes next and decides the call's fate (done,
+failed before or after its effect, the actor killed before or after it, or slow). A
+simulated clock (``kstore.core.runtime``) advances between calls, sometimes by hours or
+days, so retention windows and log-entry ages are crossed within one schedule. The same
+seed replays the same interleaving exactly.
+
+After every step an observer looks at the store itself (not through the faulty wrapper)
+and checks the invariants:
+
+- no version number is claimed twice (an entry's ``commit_id`` never changes);
+- every version reads, the moment it is claimed, exactly as its parent plus its operation
+  (the oracle: a row model applied in version order), so no acknowledged row is ever lost
+  unless a later acknowledged operation removed it;
+- nothing a retained version references is deleted; the main file shows a committed
+  version, byte-for-byte the same metadata as its log entry;
+- an operation that returned was committed exactly once; one that raised a non-"unknown"
+  error was not committed at all; ``CommitStateUnknownError(committed=True)`` was;
+- every read returns exactly the snapshot of the version it read;
+- after the actors finish, a final garbage collection leaves no orphan older than its
+  retention.
+
+A violation raises :class:`Violation` with the seed and the full schedule (the trace).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+import kstore
+from kstore.blocks import load
+from kstore.blocks.commit import BASE_MAX_AGE
+from kstore.blocks.read import read_plan
+from kstore.core import naming, runtime, serialize
+from kstore.core.log import LOG_MIN_AGE
+from kstore.errors import CommitStateUnknownError, KstoreError, StoreError
+
+UUID = "sim"
+EPOCH = 1_800_000_000.0
+PARTITIONS = ("p0", "p1", "p2")
+#: the protocol assumes one store call completes within this (simulated) time
+MAX_CALL_TIME = (LOG_MIN_AGE - BASE_MAX_AGE) / 3
+
+
+class Killed(BaseException):
+    """The actor's process died (no ``except Exception`` handler runs)."""
+
+
+class Violation(AssertionError):
+    """An invariant broke; the message names the seed and carries the schedule."""
+
+
+@dataclass
+class Config:
+    writers: int = 3
+    ops_per_writer: int = 3
+    gc_runs: int = 2
+    reads: int = 3
+    fault_rate: float = 0.04
+    kill_rate: float = 0.01
+    create_concurrently: bool = False  # no dataset at the start: writers race to create it
+    delete_rate: float = 0.0  # chance that a GC run is a delete_dataset instead
+    jump_rate: float = 0.02  # chance per step that hours pass (an actor descheduled)
+    retentions: tuple[timedelta, ...] = (timedelta(days=7), timedelta(seconds=2), timedelta(0))
+    max_steps: int = 20_000
+
+
+@dataclass
+class Stats:
+    steps: int = 0
+    faults: Counter = field(default_factory=Counter)
+    outcomes: Counter = field(default_factory=Counter)
+    versions: int = 0
+    reads_checked: int = 0
+
+
+# ---------------------------------------------------------------------------------------
+# runtime and scheduler
+# ---------------------------------------------------------------------------------------
+
+
+class SimRuntime(runtime.Runtime):
+    max_threads = 1
+
+    def __init__(self, seed: int) -> None:
+        self.t = EPOCH
+        self.rng = random.Random(seed ^ 0x5EED)
+
+    def time(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def token(self, nbytes: int) -> str:
+        return self.rng.getrandbits(8 * nbytes).to_bytes(nbytes, "big").hex()
+
+    def random(self) -> float:
+        return self.rng.random()
+
+
+class Scheduler:
+    """Runs one actor at a time; every store call (and an actor's start) is a yield point."""
+
+    def __init__(self, seed: int, config: Config, clock: SimRuntime, stats: Stats) -> None:
+        self.rng = random.Random(seed)
+        self.config, self.clock, self.stats = config, clock, stats
+        self.cv = threading.Condition()
+        self.waiting: dict[str, tuple[str, str, float]] = {}  # actor -> (method, key, since)
+        self.running: str | None = None
+        self.grant: tuple[str, str] | None = None  # (actor, fate)
+        self.dead: set[str] = set()
+        self.trace: list[str] = []
+        self.alive: set[str] = set()
+
+    # called from actor threads
+    def yield_point(self, actor: str, method: str, key: str) -> str:
+        with self.cv:
+            self.waiting[actor] = (method, key, self.clock.t)
+            if self.running == actor:
+                self.running = None
+            self.cv.notify_all()
+            while not (self.grant is not None and self.grant[0] == actor):
+                self.cv.wait()
+            fate = self.grant[1]
+            self.grant = None
+            del self.waiting[actor]
+            self.running = actor
+            return fate
+
+    def finished(self, actor: str) -> None:
+        with self.cv:
+            self.alive.discard(actor)
+            if self.running == actor:
+                self.running = None
+            self.cv.notify_all()
+
+    # main thread
+    def wait_quiet(self) -> None:
+        with self.cv:
+            while self.running is not None or self.grant is not None or \
+                    len(self.waiting) < len(self.alive):
+                self.cv.wait(5)
+
+    def step(self) -> bool:
+        """Let one actor make its next call; False when every actor has finished."""
+        self.wait_quiet()
+        with self.cv:
+            if not self.waiting:
+                return False
+            names = sorted(self.waiting)
+            forced = [a for a in names if self._claim_overdue(a)]
+            actor = forced[0] if forced else self.rng.choice(names)
+            method, key, _ = self.waiting[actor]
+            fate = self._fate(method, key)
+            self._advance_clock(forced_claims=bool(forced))
+            self.stats.steps += 1
+            self.trace.append(f"{self.stats.steps} t={self.clock.t - EPOCH:.1f} {actor} {method} {key} {fate}")
+            self.grant = (actor, fate)
+            self.running = actor
+            self.cv.notify_all()
+        return True
+
+    def _claim_overdue(self, actor: str) -> bool:
+        method, key, since = self.waiting[actor]
+        return (method == "put_if_absent" and "/_kstore/log/" in key
+                and self.clock.t - since > MAX_CALL_TIME.total_seconds() / 2)
+
+    def _fate(self, method: str, key: str) -> str:
+        if method == "start":
+            return "ok"
+        r = self.rng.random()
+        c = self.config
+        if r < c.kill_rate:
+            fate = self.rng.choice(["kill-before", "kill-after"])
+        elif r < c.kill_rate + c.fault_rate:
+            fate = self.rng.choice(["error-before", "error-after", "slow"])
+        else:
+            return "ok"
+        self.stats.faults[fate] += 1
+        return fate
+
+    def _advance_clock(self, forced_claims: bool) -> None:
+        r = self.rng.random()
+        jump = self.config.jump_rate
+        if r < jump and not forced_claims and not self._claims_pending():
+            self.clock.t += self.rng.uniform(600, 3 * 3600)  # an actor descheduled for a while
+        elif r < jump * 1.25 and not forced_claims and not self._claims_pending():
+            self.clock.t += self.rng.uniform(1, 9) * 86400  # days pass: retention windows close
+        else:
+            self.clock.t += self.rng.uniform(0, 2)
+
+    def _claims_pending(self) -> bool:
+        return any(m == "put_if_absent" and "/_kstore/log/" in k for m, k, _ in self.waiting.values())
+
+
+class SimStore:
+    """One actor's view of the shared store: every call yields to the scheduler."""
+
+    def __init__(self, inner: Any, sched: Scheduler, actor: str, observer: Observer) -> None:
+        self.inner, self.sched, self.actor, self.observer = inner, sched, actor, observer
+        self.url = None
+        self.atomic_create = True
+
+    def __repr__(self) -> str:
+        return f"SimStore({self.actor})"
+
+    def _call(self, method: str, key: str, fn: Callable[[], Any], mutates: bool) -> Any:
+        if self.actor in self.sched.dead:
+            raise Killed(self.actor)
+        fate = self.sched.yield_point(self.actor, method, key)
+        if fate == "kill-before":
+            self.sched.dead.add(self.actor)
+            raise Killed(self.actor)
+        if fate == "error-before":
+            raise StoreError(f"injected failure before {method} {key}")
+        if fate == "slow":
+            self.sched.clock.t += self.sched.rng.uniform(1, MAX_CALL_TIME.total_seconds() / 4)
+        result = fn()
+        if mutates:
+            self.observer.mutated(method, key)
+        if fate == "kill-after":
+            self.sched.dead.add(self.actor)
+            raise Killed(self.actor)
+        if fate == "error-after":
+            raise StoreError(f"injected failure after {method} {key}")
+        return result
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", key, lambda: self.inner.get(key), False)
+
+    def put(self, key: str, data: bytes) -> None:
+        return self._call("put", key, lambda: self.inner.put(key, data), True)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self._call("put_if_absent", key, lambda: self.inner.put_if_absent(key, data), True)
+
+    def delete(self, key: str) -> None:
+        return self._call("delete", key, lambda: self.inner.delete(key), True)
+
+    def exists(self, key: str) -> bool:
+        return self._call("exists", key, lambda: self.inner.exists(key), False)
+
+    def iter_prefix(self, prefix: str, start_after: str | None = None):
+        return iter(self._call("iter_prefix", prefix, lambda: sorted(self.inner.iter_prefix(prefix, start_after)),
+                               False))
+
+    def open(self, key: str):
+        data = self._call("open", key, lambda: self.inner.get(key), False)
+        return io.BytesIO(data)
+
+
+# ---------------------------------------------------------------------------------------
+# the row model (oracle)
+# ---------------------------------------------------------------------------------------
+
+Rows = frozenset  # of (rid, p, x)
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices
+    tag: tuple[str, int]
+    rows: tuple[tuple[int, str, int], ...] = ()
+    partition: str | None = None
+    x: int | None = None
+
+    def apply(self, before: Rows | None) -> Rows:
+        base = before or frozenset()
+        if self.kind == "create":
+            return frozenset(self.rows)
+        if self.kind == "append":
+            return base | frozenset(self.rows)
+        if self.kind == "overwrite":
+            touched = {p for _, p, _ in self.rows}
+            return frozenset(r for r in base if r[1] not in touched) | frozenset(self.rows)
+        if self.kind == "delete_scope":
+            return frozenset(r for r in base if r[1] != self.partition)
+        if self.kind == "delete_rows":
+            return frozenset(r for r in base if r[2] != self.x)
+        return base
+
+
+def frame(rows) -> pd.DataFrame:
+    return pd.DataFrame({"p": [r[1] for r in rows], "rid": [r[0] for r in rows], "x": [r[2] for r in rows]})
+
+
+def rows_of(table: pa.Table) -> Rows:
+    d = table.to_pydict()
+    return frozenset(zip(d["rid"], d["p"], d["x"]))
+
+
+# ---------------------------------------------------------------------------------------
+# observer: checks the store itself after every step
+# ---------------------------------------------------------------------------------------
+
+
+class Observer:
+    def __init__(self, raw: Any, seed: int, sched: Scheduler) -> None:
+        self.raw, self.seed, self.sched = raw, seed, sched
+        self.rng = random.Random(seed ^ 0x0B5E)
+        self.commit_ids: dict[int, str | None] = {}
+        self.snapshots: dict[int, Rows | None] = {}  # None: a version without a dataset
+        self.tags: dict[int, tuple[str, int] | None] = {}
+        self.meta_dicts: dict[int, dict] = {}
+        self.refs: dict[int, frozenset[str]] = {}
+        self.retained: set[int] = set()
+        self.ops: dict[tuple[str, int], Op] = {}
+        self.dirty_log = True
+        self.deleted: list[str] = []
+        self.main_dirty = True
+        self.lock = threading.Lock()
+
+    def fail(self, what: str) -> None:
+        raise Violation(f"seed {self.seed}: {what}\n--- schedule ---\n" + "\n".join(self.sched.trace[-400:]))
+
+    def mutated(self, method: str, key: str) -> None:
+        with self.lock:
+            if "/_kstore/log/" in key:
+                self.dirty_log = True
+            elif naming.METADATA_MARKER in key:
+                self.main_dirty = True
+            if method == "delete":
+                self.deleted.append(key)
+
+    def check(self) -> None:
+        with self.lock:
+            dirty, self.dirty_log = self.dirty_log, False
+            deleted, self.deleted = self.deleted, []
+            main_dirty, self.main_dirty = self.main_dirty, False
+        if dirty:
+            self._scan_log()
+        for key in deleted:
+            users = [v for v in self.retained if key in self.refs.get(v, ())]
+            if users:
+                self.fail(f"{key} was deleted, but retained version(s) {sorted(users)} reference it")
+        if main_dirty:
+            self._check_main()
+
+    def _scan_log(self) -> None:
+        present = set()
+        for key in sorted(self.raw.iter_prefix(naming.log_prefix(UUID))):
+            v = naming.version_from_log_key(UUID, key)
+            if v is None:
+                continue
+            present.add(v)
+            raw_entry = serialize.loads(self.raw.get(key), "json")
+            cid = raw_entry.get("commit_id")
+            if v in self.commit_ids and self.commit_ids[v] != cid:
+                self.fail(f"version {v} was claimed twice (commit ids {self.commit_ids[v]} and {cid})")
+            if raw_entry.get("expired"):
+                self.retained.discard(v)
+                if v not in self.commit_ids:
+                    self.fail(f"version {v} appeared as a tombstone without having been committed")
+                continue
+            if v in self.commit_ids:
+                continue
+            self.commit_ids[v] = cid
+            self._new_version(v, raw_entry)
+        for v in list(self.retained):
+            if v not in present:
+                self.retained.discard(v)
+
+    def _new_version(self, v: int, entry: dict) -> None:
+        parent = entry.get("parent")
+        if parent != (v - 1 if v > 0 else None):
+            self.fail(f"version {v} names parent {parent}")
+        txn = tuple(entry["txn"]) if entry.get("txn") else None
+        self.tags[v] = txn
+        operation = entry.get("operation")
+        if v > 0 and v - 1 not in self.snapshots:
+            self.fail(f"version {v} appeared but version {v - 1} was never seen")
+        before = self.snapshots.get(v - 1) if v > 0 else None
+        if entry.get("metadata") is None:
+            if operation not in ("vacuum", "delete"):
+                self.fail(f"version {v} ({operation}) has no metadata")
+            self.snapshots[v] = None
+            return
+        if operation == "vacuum":
+            expected = before
+            if before is None:
+                self.fail(f"version {v} is a vacuum of a dataset that does not exist, with metadata")
+        else:
+            op = self.ops.get(txn) if txn else None
+            if op is None:
+                self.fail(f"version {v} ({operation}) carries an unknown transaction {txn}")
+            expected = op.apply(before)
+        try:
+            table = kstore.read_table(self.raw, UUID, version=v)
+        except KstoreError as exc:
+            self.fail(f"version {v} does not read the moment it is committed: {exc!r}")
+        got = rows_of(table)
+        if got != expected:
+            missing, extra = sorted((expected or frozenset()) - got)[:5], sorted(got - (expected or frozenset()))[:5]
+            self.fail(f"version {v} ({operation}, {txn}) holds the wrong rows: missing {missing}, extra {extra}")
+        self._check_indices(v, table)
+        self.snapshots[v] = got
+        self.meta_dicts[v] = entry["metadata"]
+        meta = load.entry_metadata(self.raw, UUID, load.load_entry(self.raw, UUID, v))
+        self.refs[v] = frozenset(meta.referenced_keys())
+        self.retained.add(v)
+
+    def _check_indices(self, v: int, table: pa.Table) -> None:
+        """The index of x answers like a scan of the same version (one value per version)."""
+        pairs = list(zip(table.column("rid").to_pylist(), table.column("x").to_pylist()))
+        x = self.rng.randrange(6)
+        hits = kstore.read_table(self.raw, UUID, version=v, predicates=[[("x", "==", x)]], columns=["rid"])
+        if sorted(hits.column("rid").to_pylist()) != sorted(r for r, xx in pairs if xx == x):
+            self.fail(f"version {v}: the index on x answers x == {x} differently from a scan")
+
+    def _check_main(self) -> None:
+        try:
+            meta, _ = load.load_main(self.raw, UUID)
+        except KstoreError as exc:
+            self.fail(f"the main file does not parse: {exc!r}")
+        if meta is None:
+            return
+        v = meta.version
+        if v not in self.meta_dicts:
+            self.fail(f"the main file shows version {v}, which was never committed with a dataset")
+        if meta.to_dict() != self.meta_dicts[v]:
+            self.fail(f"the main file's version {v} differs from its log entry")
+
+    def check_read(self, version: int, rows: Rows, predicate: Any) -> None:
+        snap = self.snapshots.get(version)
+        if snap is None:
+            self.fail(f"a reader read version {version}, which the observer never saw with a dataset")
+        want = snap if predicate is None else frozenset(r for r in snap if _matches(r, predicate))
+        if rows != want:
+            self.fail(f"a read of version {version} {predicate} returned {len(rows)} rows, expected {len(want)}: "
+                      f"missing {sorted(want - rows)[:5]}, extra {sorted(rows - want)[:5]}")
+
+
+def _matches(row, predicate) -> bool:
+    col, _, value = predicate
+    return (row[2] if col == "x" else row[1]) == value
+
+
+# ---------------------------------------------------------------------------------------
+# actors
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    op: Op
+    result: str  # acked | failed | unknown | killed
+    version: int | None = None
+    error: str = ""
+
+
+class Simulation:
+    def __init__(self, seed: int, make_store: Callable[[], Any], config: Config | None = None) -> None:
+        self.seed = seed
+        self.config = config or Config()
+        self.raw = make_store()
+        self.clock = SimRuntime(seed)
+        self.stats = Stats()
+        self.sched = Scheduler(seed, self.config, self.clock, self.stats)
+        self.observer = Observer(self.raw, seed, self.sched)
+        self.rng = random.Random(seed * 7 + 1)
+        self.outcomes: list[Outcome] = []
+        self.errors: list[str] = []
+        self.gc_retentions: list[timedelta] = []
+        self.next_rid = 0
+
+    # -- op generation (all decided up front, from the seed) ------------------------------
+
+    def _rows(self, n: int, partitions=PARTITIONS) -> tuple[tuple[int, str, int], ...]:
+        out = []
+        for _ in range(n):
+            self.next_rid += 1
+            out.append((self.next_rid, self.rng.choice(partitions), self.rng.randrange(6)))
+        return tuple(out)
+
+    def _plan_writer(self, w: int) -> list[tuple[Op, int]]:
+        ops = []
+        for j in range(self.config.ops_per_writer):
+            tag = (f"w{w}", j + 1)
+            if j == 0 and self.config.create_concurrently:
+                op = Op("create", tag, rows=self._rows(2))
+            else:
+                kind = self.rng.choice(["append", "append", "append", "overwrite", "delete_scope",
+                                        "delete_rows", "build_indices"])
+                if kind == "overwrite":
+                    op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 2), (self.rng.choice(PARTITIONS),)))
+                elif kind == "delete_scope":
+                    op = Op(kind, tag, partition=self.rng.choice(PARTITIONS))
+                elif kind == "delete_rows":
+                    op = Op(kind, tag, x=self.rng.randrange(6))
+                elif kind == "build_indices":
+                    op = Op(kind, tag)
+                else:
+                    op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 3)))
+            retries = self.rng.choice([0, 0, 1, 2])  # txn retries after a failure
+            ops.append((op, retries))
+            self.observer.ops[tag] = op
+        return ops
+
+    def _run_op(self, st: SimStore, op: Op) -> Any:
+        if op.kind == "create":
+            return kstore.store_dataset(st, UUID, frame(op.rows), partition_on="p", secondary_indices="x", txn=op.tag)
+        if op.kind == "append":
+            return kstore.update_dataset(st, UUID, frame(op.rows), txn=op.tag)
+        if op.kind == "overwrite":
+            return kstore.update_dataset(st, UUID, frame(op.rows), mode="overwrite_partitions", txn=op.tag)
+        if op.kind == "delete_scope":
+            return kstore.update_dataset(st, UUID, delete_scope=[{"p": op.partition}], txn=op.tag)
+        if op.kind == "delete_rows":
+            return kstore.delete_rows(st, UUID, [[("x", "==", op.x)]], txn=op.tag)
+        return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
+
+    def _writer(self, name: str, plan: list[tuple[Op, int]]) -> None:
+        st = SimStore(self.raw, self.sched, name, self.observer)
+        for op, retries in plan:
+            outcome = None
+            for _ in range(retries + 1):
+                outcome = self._attempt(st, op)
+                if outcome.result in ("acked", "killed", "unknown"):
+                    break
+            self.outcomes.append(outcome)
+            if outcome.result == "killed":
+                return
+
+    def _attempt(self, st: SimStore, op: Op) -> Outcome:
+        try:
+            meta = self._run_op(st, op)
+        except Killed:
+            return Outcome(op, "killed")
+        except CommitStateUnknownError as exc:
+            return Outcome(op, "acked" if exc.committed else "unknown", exc.version, repr(exc))
+        except KstoreError as exc:
+            # it raised: it must not have committed (the observer scans the store right now,
+            # while this actor is the only one running)
+            self.observer.check()
+            committed = [v for v, t in self.observer.tags.items() if t == op.tag]
+            if committed:
+                self.errors.append(f"{st.actor} {op.kind} {op.tag} raised {type(exc).__name__}: {exc} "
+                                   f"after it was committed as version {committed[0]}")
+            return Outcome(op, "failed", None, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # invariant 4: every error is a KstoreError
+            self.errors.append(f"{st.actor} {op.kind}: raw {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            return Outcome(op, "failed", None, repr(exc))
+        # a txn already committed returns that state: the op's version is the one with its tag
+        return Outcome(op, "acked", meta.version)
+
+    def _gc(self, name: str) -> None:
+        st = SimStore(self.raw, self.sched, name, self.observer)
+        for _ in range(self.config.gc_runs):
+            retention = self.rng.choice(self.config.retentions)
+            self.gc_retentions.append(retention)
+            delete = self.rng.random() < self.config.delete_rate
+            try:
+                if delete:
+                    kstore.delete_dataset(st, UUID)
+                else:
+                    kstore.garbage_collect(st, UUID, retention=retention, enforce_retention_duration=False)
+            except Killed:
+                return
+            except KstoreError:
+                continue
+            except Exception as exc:
+                self.errors.append(f"{name} gc: raw {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+
+    def _reader(self, name: str) -> None:
+        st = SimStore(self.raw, self.sched, name, self.observer)
+        for _ in range(self.config.reads):
+            predicate = self.rng.choice([None, ("x", "==", self.rng.randrange(6)), ("p", "==", "p1")])
+            travel = self.rng.random() < 0.3
+            try:
+                version = None
+                if travel:
+                    known = sorted(v for v, s in self.observer.snapshots.items() if s is not None)
+                    if known:
+                        version = self.rng.choice(known)
+                plan = kstore.plan_read(st, UUID, predicates=[[predicate]] if predicate else None, version=version)
+                table = read_plan(st, plan)
+            except Killed:
+                return
+            except KstoreError:
+                continue  # a clean error: expired version, missing dataset, injected fault
+            except Exception as exc:
+                self.errors.append(f"{name} read: raw {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+                continue
+            self.observer.check_read(plan.version, rows_of(table), predicate)
+            self.stats.reads_checked += 1
+
+    # -- run ------------------------------------------------------------------------------
+
+    def run(self) -> Stats:
+        with runtime.installed(self.clock):
+            if not self.config.create_concurrently:
+                init = Op("create", ("init", 1), rows=self._rows(4))
+                self.observer.ops[init.tag] = init
+                kstore.store_dataset(self.raw, UUID, frame(init.rows), partition_on="p", secondary_indices="x",
+                                     txn=init.tag)
+            self.observer.check()
+            actors: dict[str, Callable[[], None]] = {}
+            for w in range(self.config.writers):
+                plan = self._plan_writer(w)
+                actors[f"w{w}"] = lambda n=f"w{w}", p=plan: self._writer(n, p)
+            actors["gc"] = lambda: self._gc("gc")
+            actors["r"] = lambda: self._reader("r")
+            threads = []
+            for name, body in actors.items():
+                self.sched.alive.add(name)
+                t = threading.Thread(target=self._actor_main, args=(name, body), daemon=True)
+                threads.append(t)
+                t.start()
+            try:
+                while self.sched.step():
+                    self.sched.wait_quiet()
+                    self.observer.check()
+                    if self.stats.steps > self.config.max_steps:
+                        self.observer.fail("the schedule did not finish")
+            finally:
+                with self.sched.cv:
+                    self.sched.dead.update(actors)
+                    self.sched.cv.notify_all()
+            for t in threads:
+                t.join(10)
+            self.observer.check()
+            self._check_outcomes()
+            self._final_gc()
+        self.stats.versions = len(self.observer.commit_ids)
+        for o in self.outcomes:
+            self.stats.outcomes[o.result] += 1
+        return self.stats
+
+    def _actor_main(self, name: str, body: Callable[[], None]) -> None:
+        try:
+            self.sched.yield_point(name, "start", "")
+            body()
+        except Killed:
+            pass
+        except BaseException as exc:  # reported as a violation by the main thread
+            self.errors.append(f"{name}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        finally:
+            self.sched.finished(name)
+
+    def _check_outcomes(self) -> None:
+        obs = self.observer
+        if self.errors:
+            obs.fail("errors outside the KstoreError tree:\n" + "\n".join(self.errors))
+        by_tag: dict[tuple[str, int], list[int]] = {}
+        for v, tag in obs.tags.items():
+            if tag is not None and obs.snapshots.get(v) is not None:
+                by_tag.setdefault(tag, []).append(v)
+        for o in self.outcomes:
+            found = by_tag.get(o.op.tag, [])
+            if len(found) > 1:
+                obs.fail(f"{o.op.tag} {o.op.kind} was committed {len(found)} times: versions {found}")
+            if o.result == "acked":
+                if not found and not _noop(o.op, obs):
+                    obs.fail(f"{o.op.tag} {o.op.kind} returned version {o.version} but no version carries it")
+                if found and o.version is not None and o.version < found[0]:
+                    obs.fail(f"{o.op.tag} returned version {o.version}, committed as {found[0]}")
+            if o.result == "failed" and found:
+                obs.fail(f"{o.op.tag} {o.op.kind} raised ({o.error}) but was committed as version {found[0]}")
+
+    def _final_gc(self) -> None:
+        """Quiet store: after a last GC, no orphan older than its retention is left."""
+        obs = self.observer
+        newest = max((v for v, s in obs.snapshots.items() if s is not None), default=None)
+        self.clock.t += (LOG_MIN_AGE + timedelta(days=8)).total_seconds()
+        try:
+            kstore.garbage_collect(self.raw, UUID)
+        except KstoreError as exc:
+            if newest is not None and load.load_head(self.raw, UUID).meta is not None:
+                obs.fail(f"the final GC failed: {exc!r}")
+            return
+        obs.dirty_log = True
+        obs.check()
+        head = load.load_head(self.raw, UUID)
+        referenced: set[str] = set()
+        for v in obs.retained:
+            referenced |= obs.refs[v]
+        main, _ = load.load_main(self.raw, UUID)
+        if main is not None:
+            referenced |= main.referenced_keys()
+        for key in sorted(self.raw.iter_prefix(naming.dataset_prefix(UUID))):
+            if "/_kstore/log/" in key or key.endswith("/" + naming.COMMON_METADATA):
+                continue
+            if key not in referenced:
+                obs.fail(f"after the final GC an orphan is left: {key}")
+        if head.meta is not None:
+            rows = rows_of(kstore.read_table(self.raw, UUID))
+            if rows != obs.snapshots[head.version]:
+                obs.fail("the final read differs from the newest version's snapshot")
+        else:
+            try:
+                kstore.read_table(self.raw, UUID)
+            except KstoreError:
+                pass
+            else:
+                obs.fail("the dataset reads although its newest version has no dataset")
+
+
+def _noop(op: Op, obs: Observer) -> bool:
+    """Operations that may legitimately commit nothing (a delete that matched no row)."""
+    return op.kind in ("delete_scope", "delete_rows")
