@@ -173,9 +173,10 @@ def plan_read(
 ) -> ReadPlan:
     """Plan a read: the files that can hold matching rows, with store calls counted.
 
-    Costs 1 get for the metadata (+1 for kartothek datasets' ``_common_metadata``), 1 per
-    secondary index a predicate uses, 1 for statistics when a predicate column has no
-    index. No listing.
+    Costs 1 get for the main metadata file and 1 listing of the log entries after it (the
+    newest version; +1 get if the main file lags), +1 for kartothek datasets'
+    ``_common_metadata``, 1 per secondary index a predicate uses, 1 for statistics when a
+    predicate column has no index. No listing of partitions.
     """
     counting = CountingStore(open_store(store))
     meta = _resolve_meta(counting, dataset_uuid, version, as_of)

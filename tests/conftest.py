@@ -3,6 +3,7 @@
 ``store_url``: a fresh, empty store per test, once as a local directory
 (``file:///...``) and once as a named in-process memory store (``memory://<unique>``).
 Sub-directories may override it (tests/interop does, with its fixture store).
+``s3_endpoint``: a moto S3 server on 127.0.0.1 for the session (started on first use).
 """
 
 from __future__ import annotations
@@ -57,3 +58,16 @@ def new_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     yield make
     for url in made:
         drop_store(url)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """Endpoint URL of a moto S3 server on 127.0.0.1 (fake credentials set in os.environ)."""
+    from tests.s3_server import S3Server
+
+    server = S3Server()
+    endpoint = server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()

@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from kstore.io.s3 import S3Store
-from tests.s3_server import S3Server
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """Endpoint URL of a moto S3 server on 127.0.0.1 (fake credentials set in os.environ)."""
-    server = S3Server()
-    endpoint = server.start()
-    try:
-        yield endpoint
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

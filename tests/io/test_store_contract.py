@@ -219,6 +219,28 @@ def test_iter_prefix(store: Store) -> None:
     assert list(store.iter_prefix("ds/table/x=1/f.parquet/")) == []
 
 
+def test_iter_prefix_start_after(store: Store) -> None:
+    """``start_after`` (S3's StartAfter): only keys that sort after it; how kstore finds the
+    newest log entries in one call."""
+    log = [f"ds/_kstore/log/{v:020d}.json" for v in (0, 1, 2, 10, 11)]
+    for k in log + ["ds/_kstore/logz", "ds/table/f.parquet"]:
+        store.put(k, b"1")
+    prefix = "ds/_kstore/log/"
+    assert sorted(store.iter_prefix(prefix, None)) == log
+    assert sorted(store.iter_prefix(prefix, log[2])) == log[3:]
+    assert sorted(store.iter_prefix(prefix, "ds/_kstore/log/00000000000000000003.json")) == log[3:]
+    assert list(store.iter_prefix(prefix, log[-1])) == []
+    assert sorted(store.iter_prefix(prefix, "ds/")) == log  # before the prefix: everything in it
+    assert sorted(store.iter_prefix("ds/", "ds/_kstore/logz")) == ["ds/table/f.parquet"]
+
+
+def test_atomic_create_is_declared(store: Store) -> None:
+    """Stores say whether put_if_absent is atomic across processes; only the check-then-put
+    simplekv/minimalkv adapter says no (commits through it warn)."""
+    kind = type(store).__name__
+    assert getattr(store, "atomic_create", True) is (kind != "KVStore")
+
+
 def test_iter_prefix_is_an_iterator_of_str(store: Store) -> None:
     store.put("it/a", b"1")
     result = store.iter_prefix("it/")

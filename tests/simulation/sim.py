@@ -93,27 +93,11 @@ class Stats:
 # ---------------------------------------------------------------------------------------
 
 
-class SimRuntime(runtime.Runtime):
-    max_threads = 1
+class SimRuntime(runtime.FixedRuntime):
+    """The simulated clock (starts at :data:`EPOCH`), seeded entropy, one thread per pool."""
 
     def __init__(self, seed: int) -> None:
-        self.t = EPOCH
-        self.rng = random.Random(seed ^ 0x5EED)
-
-    def time(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-    def token(self, nbytes: int) -> str:
-        return self.rng.getrandbits(8 * nbytes).to_bytes(nbytes, "big").hex()
-
-    def random(self) -> float:
-        return self.rng.random()
+        super().__init__(EPOCH, seed ^ 0x5EED)
 
 
 class Scheduler:
@@ -133,7 +117,7 @@ class Scheduler:
     # called from actor threads
     def yield_point(self, actor: str, method: str, key: str) -> str:
         with self.cv:
-            self.waiting[actor] = (method, key, self.clock.t)
+            self.waiting[actor] = (method, key, self.clock.time())
             if self.running == actor:
                 self.running = None
             self.cv.notify_all()
@@ -172,7 +156,7 @@ class Scheduler:
             fate = self._fate(method, key)
             self._advance_clock(forced_claims=bool(forced))
             self.stats.steps += 1
-            self.trace.append(f"{self.stats.steps} t={self.clock.t - EPOCH:.1f} {actor} {method} {key} {fate}")
+            self.trace.append(f"{self.stats.steps} t={self.clock.time() - EPOCH:.1f} {actor} {method} {key} {fate}")
             self.grant = (actor, fate)
             self.running = actor
             self.cv.notify_all()
@@ -181,7 +165,7 @@ class Scheduler:
     def _claim_overdue(self, actor: str) -> bool:
         method, key, since = self.waiting[actor]
         return (method == "put_if_absent" and "/_kstore/log/" in key
-                and self.clock.t - since > MAX_CALL_TIME.total_seconds() / 2)
+                and self.clock.time() - since > MAX_CALL_TIME.total_seconds() / 2)
 
     def _fate(self, method: str, key: str) -> str:
         if method == "start":
@@ -201,11 +185,11 @@ class Scheduler:
         r = self.rng.random()
         jump = self.config.jump_rate
         if r < jump and not forced_claims and not self._claims_pending():
-            self.clock.t += self.rng.uniform(600, 3 * 3600)  # an actor descheduled for a while
+            self.clock.advance(self.rng.uniform(600, 3 * 3600))  # an actor descheduled for a while
         elif r < jump * 1.25 and not forced_claims and not self._claims_pending():
-            self.clock.t += self.rng.uniform(1, 9) * 86400  # days pass: retention windows close
+            self.clock.advance(self.rng.uniform(1, 9) * 86400)  # days pass: retention windows close
         else:
-            self.clock.t += self.rng.uniform(0, 2)
+            self.clock.advance(self.rng.uniform(0, 2))
 
     def _claims_pending(self) -> bool:
         return any(m == "put_if_absent" and "/_kstore/log/" in k for m, k, _ in self.waiting.values())
@@ -232,7 +216,7 @@ class SimStore:
         if fate == "error-before":
             raise StoreError(f"injected failure before {method} {key}")
         if fate == "slow":
-            self.sched.clock.t += self.sched.rng.uniform(1, MAX_CALL_TIME.total_seconds() / 4)
+            self.sched.clock.advance(self.sched.rng.uniform(1, MAX_CALL_TIME.total_seconds() / 4))
         result = fn()
         if mutates:
             self.observer.mutated(method, key)
@@ -679,7 +663,7 @@ class Simulation:
         """Quiet store: after a last GC, no orphan older than its retention is left."""
         obs = self.observer
         newest = max((v for v, s in obs.snapshots.items() if s is not None), default=None)
-        self.clock.t += (LOG_MIN_AGE + timedelta(days=8)).total_seconds()
+        self.clock.advance((LOG_MIN_AGE + timedelta(days=8)).total_seconds())
         try:
             kstore.garbage_collect(self.raw, UUID)
         except KstoreError as exc:

@@ -71,17 +71,17 @@ def test_schedules(kind, mode, start):
     assert sum(s.outcomes["acked"] for s in stats) > n and sum(s.reads_checked for s in stats) > 0
 
 
-def test_schedules_on_s3(sim_s3_endpoint):
+def test_schedules_on_s3(s3_endpoint):
     import boto3
 
     from kstore.io.s3 import S3Store
 
-    client = boto3.client("s3", endpoint_url=sim_s3_endpoint, region_name="us-east-1")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
 
     def make() -> S3Store:
         bucket = f"kstore-sim-{uuid.uuid4().hex[:16]}"
         client.create_bucket(Bucket=bucket)
-        return S3Store(bucket, endpoint_url=sim_s3_endpoint, client=client)
+        return S3Store(bucket, endpoint_url=s3_endpoint, client=client)
 
     n = int(_N) if _N else 20
     stats = _run(range(5_000_000, 5_000_000 + n), make, Config())
