@@ -2,7 +2,8 @@
 
 Usage: ``python _crash_writer.py '<json spec>'``. It runs one kstore write (or a loop of
 appends) against a local-directory store, with optional hooks installed on
-``kstore.io.local.LocalStore.put`` / ``put_if_absent``:
+``put`` / ``put_if_absent`` (and ``delete``) of the store class the URL opens
+(:class:`~kstore.io.local.LocalStore`, or :class:`~kstore.io.s3.S3Store` for ``s3://``):
 
 ``hook``     ``{"pattern": regex, "n": N, "when": "before" | "after"}``: at the N-th
              put/put_if_absent whose key matches ``pattern`` (searched), the process
@@ -37,7 +38,7 @@ Operations (``op``):
 ``gc``              ``garbage_collect(url, uuid, retention=timedelta(seconds=retention))``
 ``delete_dataset``  ``delete_dataset(url, uuid)``
 
-With ``"deletes": true`` in the hook, ``LocalStore.delete`` calls count (and kill) instead of
+With ``"deletes": true`` in the hook, ``delete`` calls count (and kill) instead of
 ``put`` / ``put_if_absent`` calls.
 """
 
@@ -97,6 +98,10 @@ def main(spec: dict) -> dict:
     from kstore.io.local import LocalStore
 
     url, uuid = spec["url"], spec["uuid"]
+    if url.startswith("s3://"):
+        from kstore.io.s3 import S3Store as Hooked
+    else:
+        Hooked = LocalStore
     root = url[len("file://"):] if url.startswith("file://") else url
     log_re = re.compile(re.escape(uuid) + r"/_kstore/log/")
     hook = spec.get("hook")
@@ -139,7 +144,7 @@ def main(spec: dict) -> dict:
             log = os.path.join(root, uuid, "_kstore", "log", f"{after_version:020d}.json")
             _wait_for(lambda: os.path.exists(log), f"version {after_version}")
 
-    orig_put, orig_pia, orig_delete = LocalStore.put, LocalStore.put_if_absent, LocalStore.delete
+    orig_put, orig_pia, orig_delete = Hooked.put, Hooked.put_if_absent, Hooked.delete
 
     def put(self, key, data):
         n = before_call(key, during=lambda: self._tmp_file(data, key)) if not (hook and hook.get("deletes")) else 0
@@ -164,7 +169,7 @@ def main(spec: dict) -> dict:
         orig_delete(self, key)
         after_call(n)
 
-    LocalStore.put, LocalStore.put_if_absent, LocalStore.delete = put, put_if_absent, delete
+    Hooked.put, Hooked.put_if_absent, Hooked.delete = put, put_if_absent, delete
 
     if spec.get("ready_file"):
         open(spec["ready_file"], "w").close()
