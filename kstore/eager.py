@@ -36,7 +36,13 @@ from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
-from kstore.errors import InvalidArgumentError, KstoreError
+from kstore.errors import (
+    CorruptMetadataError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    KstoreError,
+    VersionNotFoundError,
+)
 from kstore.io.store import CountingStore, Store, StoreLike, open_store
 
 __all__ = [
@@ -205,9 +211,50 @@ def read_table(
     table: str | None = None,
 ) -> pa.Table:
     """Read (a filtered part of) a dataset as one Arrow table."""
-    st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
-    return read_plan(st, plan, columns)
+    return _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)[1]
+
+
+def _plan_and_read(st: Store, dataset_uuid: str, predicates: Any, columns: Sequence[str] | None,
+                   version: int | None, as_of: Any, table: str | None) -> tuple[ReadPlan, pa.Table]:
+    """Plan and read; a read of the newest version that finds a planned file gone (garbage
+    collection at a short retention expired the version after a newer one was committed)
+    plans again on the newer version. A pinned version that expired while it was read is a
+    :class:`~kstore.errors.VersionNotFoundError`, not damage."""
+    for _ in range(_READ_ATTEMPTS):
+        plan = None
+        try:
+            plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
+            return plan, read_plan(st, plan, columns)
+        except CorruptMetadataError as exc:
+            if not isinstance(exc.__cause__, KeyNotFoundError):
+                raise
+            read_version = plan.version if plan is not None else None
+            if version is not None or as_of is not None:
+                _raise_if_expired(st, dataset_uuid, read_version, exc)
+                raise
+            if read_version is None or not load.log_versions(st, dataset_uuid, after=read_version):
+                raise  # nothing newer: a file of the newest version is missing (real damage)
+    raise CorruptMetadataError(
+        f"dataset {dataset_uuid!r}: files kept vanishing under {_READ_ATTEMPTS} reads of the newest version "
+        "(garbage collection with a very short retention is running)")
+
+
+_READ_ATTEMPTS = 5
+
+
+def _raise_if_expired(st: Store, dataset_uuid: str, version: int | None, exc: Exception) -> None:
+    if version is None:
+        return
+    try:
+        entry = load.load_entry(st, dataset_uuid, version)
+    except VersionNotFoundError as gone:
+        raise VersionNotFoundError(
+            f"dataset {dataset_uuid!r}: version {version} was expired by garbage collection while it was read"
+        ) from gone
+    if entry.expired:
+        raise VersionNotFoundError(
+            f"dataset {dataset_uuid!r}: version {version} was expired by garbage collection while it was read"
+        ) from exc
 
 
 def read_dataset(
@@ -229,9 +276,7 @@ def read_dataset(
     (use ``is null``). Results are exact: planning prunes files, then rows are filtered.
     ``version=N`` or ``as_of=datetime`` read an older retained version (time travel).
     """
-    st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
-    result = read_plan(st, plan, columns)
+    plan, result = _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)
     if as_arrow:
         return result
     return to_pandas(result, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object)

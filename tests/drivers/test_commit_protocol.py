@@ -22,10 +22,12 @@ from kstore.core import naming, runtime
 from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
+    CorruptMetadataError,
     DatasetNotFoundError,
     InvalidArgumentError,
     StoreError,
     UnsafeStoreWarning,
+    VersionNotFoundError,
 )
 from kstore.io.kv import KVStore
 from tests.drivers._stores import HookStore
@@ -334,3 +336,36 @@ def test_check_then_put_claims_are_read_back():
         warnings.simplefilter("ignore", UnsafeStoreWarning)
         meta = kstore.update_dataset(HookStore(KVStore(raw), before=b_then_a), UUID, frame(["b"], [1]))
     assert a_done and meta.version == 2  # B noticed it lost version 1 and committed version 2
+
+
+# readers beside a short-retention GC ------------------------------------------------------
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_read_whose_files_gc_removes_reads_the_newer_version_or_says_expired(url, pinned):
+    """A reader planned version 0; before it opens the file, an overwrite commits version 1
+    and GC (retention 0) deletes version 0's file. A read of the newest version plans again
+    (on version 1); a read pinned to version 0 says the version expired (not "corrupt")."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    done = []
+
+    def overwrite_and_collect(method, key):
+        if method == "open" and not done:
+            done.append(True)
+            kstore.update_dataset(url, UUID, frame(["a"], [1]), mode="overwrite_partitions")
+            kstore.garbage_collect(url, UUID, **ZERO)
+
+    reader = HookStore(url, before=overwrite_and_collect)
+    if pinned:
+        with pytest.raises(VersionNotFoundError, match="version 0 was expired by garbage collection"):
+            kstore.read_dataset(reader, UUID, version=0)
+    else:
+        assert kstore.read_dataset(reader, UUID)["id"].tolist() == [1]
+    assert done
+
+
+def test_a_missing_file_of_the_newest_version_is_still_damage(url):
+    meta = kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.open_store(url).delete(next(iter(meta.referenced_keys() - {meta.stats_key})))
+    with pytest.raises(CorruptMetadataError, match="is missing"):
+        kstore.read_dataset(url, UUID)

@@ -44,10 +44,16 @@ import pyarrow as pa
 import kstore
 from kstore.blocks import load
 from kstore.blocks.commit import BASE_MAX_AGE
-from kstore.blocks.read import read_plan
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE
-from kstore.errors import CommitStateUnknownError, KstoreError, StoreError
+from kstore.eager import _plan_and_read
+from kstore.errors import (
+    CommitStateUnknownError,
+    DatasetNotFoundError,
+    KstoreError,
+    StoreError,
+    VersionNotFoundError,
+)
 
 UUID = "sim"
 EPOCH = 1_800_000_000.0
@@ -567,24 +573,46 @@ class Simulation:
         st = SimStore(self.raw, self.sched, name, self.observer)
         for _ in range(self.config.reads):
             predicate = self.rng.choice([None, ("x", "==", self.rng.randrange(6)), ("p", "==", "p1")])
-            travel = self.rng.random() < 0.3
+            version = None
+            if self.rng.random() < 0.3:
+                known = sorted(v for v, s in self.observer.snapshots.items() if s is not None)
+                version = self.rng.choice(known) if known else None
+            newest_at_start = max(self.observer.snapshots, default=None)
             try:
-                version = None
-                if travel:
-                    known = sorted(v for v, s in self.observer.snapshots.items() if s is not None)
-                    if known:
-                        version = self.rng.choice(known)
-                plan = kstore.plan_read(st, UUID, predicates=[[predicate]] if predicate else None, version=version)
-                table = read_plan(st, plan)
+                plan, table = _plan_and_read(st, UUID, [[predicate]] if predicate else None, None, version, None, None)
             except Killed:
                 return
-            except KstoreError:
-                continue  # a clean error: expired version, missing dataset, injected fault
-            except Exception as exc:
-                self.errors.append(f"{name} read: raw {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            except StoreError:
+                continue  # an injected fault
+            except (VersionNotFoundError, DatasetNotFoundError) as exc:
+                self.observer.check()
+                self._check_read_error(version, exc, newest_at_start)
+                continue
+            except Exception as exc:  # a read of a committed version must not fail otherwise
+                self.errors.append(f"{name} read of version {version}: {type(exc).__name__}: {exc}\n"
+                                   f"{traceback.format_exc()}")
                 continue
             self.observer.check_read(plan.version, rows_of(table), predicate)
             self.stats.reads_checked += 1
+
+    def _check_read_error(self, version: int | None, exc: Exception, newest_at_start: int | None) -> None:
+        """A clean 'not found' is right only if the version expired, or the dataset did not
+        exist at some moment during the read."""
+        if version is None:
+            snaps = self.observer.snapshots
+            newest = max(snaps, default=None)
+            window = range(newest_at_start, newest + 1) if newest_at_start is not None and newest is not None else ()
+            absent = newest_at_start is None or any(snaps.get(v, 0) is None for v in window)
+            if not absent:
+                self.errors.append(f"reader: {exc!r} although the dataset existed throughout the read "
+                                   f"(versions {newest_at_start}..{newest})")
+            return
+        try:
+            entry = load.load_entry(self.raw, UUID, version)
+        except VersionNotFoundError:
+            return
+        if entry.has_dataset:
+            self.errors.append(f"reader: {exc!r} although version {version} is retained")
 
     # -- run ------------------------------------------------------------------------------
 
