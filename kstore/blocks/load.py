@@ -127,7 +127,12 @@ def entry_metadata(store: Store, dataset_uuid: str, entry: LogEntry) -> DatasetM
         why = ("was expired by garbage collection" if entry.expired
                else f"is a {entry.operation!r} record: the dataset did not exist then")
         raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {entry.version} {why}")
-    meta = DatasetMetadata.from_dict(entry.metadata, expected_uuid=dataset_uuid)
+    try:
+        meta = DatasetMetadata.from_dict(entry.metadata, expected_uuid=dataset_uuid)
+    except CorruptMetadataError as exc:
+        raise CorruptMetadataError(
+            f"dataset {dataset_uuid!r}: the metadata in the log entry of version {entry.version} is damaged: {exc}"
+        ) from exc
     if meta.version != entry.version:
         raise CorruptMetadataError(
             f"dataset {dataset_uuid!r}: log entry of version {entry.version} holds version {meta.version}"

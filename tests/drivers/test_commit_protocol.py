@@ -25,6 +25,7 @@ from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
     InvalidArgumentError,
+    KstoreError,
     StoreError,
     UnsafeStoreWarning,
     VersionNotFoundError,
@@ -369,3 +370,69 @@ def test_a_missing_file_of_the_newest_version_is_still_damage(url):
     kstore.open_store(url).delete(next(iter(meta.referenced_keys() - {meta.stats_key})))
     with pytest.raises(CorruptMetadataError, match="is missing"):
         kstore.read_dataset(url, UUID)
+
+
+# damaged log entries ----------------------------------------------------------------------
+
+DAMAGE = {
+    "garbage bytes": lambda e: b"\x00\xffnot json",
+    "not a mapping": lambda e: b"[1, 2, 3]",
+    "no timestamp": lambda e: _dump({k: v for k, v in e.items() if k != "timestamp"}),
+    "timestamp not iso": lambda e: _dump({**e, "timestamp": "yesterday"}),
+    "timestamp a number": lambda e: _dump({**e, "timestamp": 12}),
+    "version mismatch": lambda e: _dump({**e, "version": 99}),
+    "version a string": lambda e: _dump({**e, "version": "1"}),
+    "txn malformed": lambda e: _dump({**e, "txn": ["app"]}),
+    "added not labels": lambda e: _dump({**e, "added": [1, 2]}),
+    "metadata a list": lambda e: _dump({**e, "metadata": [1]}),
+    "metadata of another dataset": lambda e: _dump({**e, "metadata": {**e["metadata"], "dataset_uuid": "other"}}),
+    "metadata of another version": lambda e: _dump({**e, "metadata": {**e["metadata"],
+                                                                      "kstore": {**e["metadata"]["kstore"], "version": 7}}}),
+    "cutoff not a number": lambda e: _dump({**e, "orphan_cutoff_ms": "soon"}),
+    "expired not a bool": lambda e: _dump({**e, "expired": "yes"}),
+}
+
+
+def _dump(raw) -> bytes:
+    import json
+
+    return json.dumps(raw).encode()
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_log_entries_give_clear_errors(url, damage):
+    """One damaged (retained, not newest) log entry: every consumer answers with a clear
+    KstoreError naming the dataset and version, or works; reads of the newest version work."""
+    import json
+
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    st = kstore.open_store(url)
+    key = naming.log_key(UUID, 1)
+    st.put(key, DAMAGE[damage](json.loads(st.get(key))))
+    assert ids(url) == [0, 1, 2]  # the newest version does not need entry 1
+    calls = {
+        "history": lambda: kstore.history(url, UUID),
+        "version=1": lambda: kstore.read_dataset(url, UUID, version=1),
+        "as_of": lambda: kstore.read_dataset(url, UUID, as_of=_as_of(url)),
+        "diff": lambda: kstore.diff(url, UUID, 0, 1),
+        "gc": lambda: kstore.garbage_collect(url, UUID),
+        "gc zero": lambda: kstore.garbage_collect(url, UUID, **ZERO),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except KstoreError as exc:
+            assert f"'{UUID}'" in str(exc), (name, exc)
+            if "version 1" not in str(exc) and name in ("history", "version=1", "diff"):
+                raise AssertionError(f"{name}: the error does not name the damaged version: {exc}") from exc
+    assert ids(url) == [0, 1, 2]
+    nxt = max(versions(url)) + 1  # GC may have committed its fence
+    assert kstore.update_dataset(url, UUID, frame(["d"], [3])).version == nxt
+
+
+def _as_of(url):
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
