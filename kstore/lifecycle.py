@@ -79,7 +79,7 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     }
     op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table,
                    txn=_check_txn(txn))
-    return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt)
+    return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt).dataset
 
 
 def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
@@ -141,7 +141,7 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
                    partition_on=base.partition_keys, txn=_check_txn(txn),
                    scope_labels=frozenset(t.label for t in plan.tasks))
     try:
-        meta = commit(st, dataset_uuid, op, files=files, schema=None, scope=may_match)
+        meta = commit(st, dataset_uuid, op, files=files, schema=None, scope=may_match).dataset
     except CommitStateUnknownError:
         raise  # committed (or may be): its files stay
     except BaseException:
@@ -276,7 +276,8 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
     }
     op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
                    table=meta.table, index_columns=tuple(prebuilt))
-    return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt, prebuilt_indices=prebuilt)
+    return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
+                  prebuilt_indices=prebuilt).dataset
 
 
 def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:
@@ -294,4 +295,4 @@ def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:
     if base.version is not None:
         return base
     op = Operation(kind="upgrade", read_version=None, table=base.table)
-    return commit(st, dataset_uuid, op, schema=None)
+    return commit(st, dataset_uuid, op, schema=None).dataset

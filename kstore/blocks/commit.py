@@ -65,7 +65,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store
 
-__all__ = ["commit", "commit_entry", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms"]
+__all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms"]
 
 #: A commit claims a version only on a log listing younger than this. Log entries are never
 #: deleted before :data:`~kstore.core.log.LOG_MIN_AGE`, so the number it claims cannot have
@@ -85,6 +85,13 @@ class Committed:
     entry: LogEntry | None
     meta: DatasetMetadata | None
     new: bool = True
+
+    @property
+    def dataset(self) -> DatasetMetadata:
+        """The committed dataset metadata (operations that leave a dataset)."""
+        if self.meta is None:
+            raise InvalidArgumentError("this commit leaves no dataset (a delete or a fence)")
+        return self.meta
 
 
 def added_files(files: Sequence[WrittenFile]) -> tuple[AddedFile, ...]:
@@ -195,38 +202,17 @@ def commit(
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
     known_base: Head | None = None,
-) -> DatasetMetadata:
-    """Commit ``op`` as the next version of ``dataset_uuid``; return the new metadata.
+) -> Committed:
+    """Commit ``op`` as the next version of ``dataset_uuid``.
 
     ``files`` are the data files the operation adds (their statistics and index values
     feed the new version's statistics and indices); ``schema`` is the normalized schema of
-    the new data. Re-submitting an already committed ``op.txn`` returns the committed
-    version unchanged (idempotent writes). ``known_base`` is the head the caller loaded:
+    the new data. Re-submitting an already committed ``op.txn`` commits nothing and returns
+    the committed state (idempotent writes). ``known_base`` is the head the caller loaded:
     if it is young and still the newest (one listing says so), it is used as it is.
+    Returns the :class:`Committed` log entry and metadata (``.dataset`` for the metadata of
+    an operation that leaves a dataset).
     """
-    done = commit_entry(store, dataset_uuid, op, files=files, schema=schema, metadata_format=metadata_format,
-                        prebuilt_indices=prebuilt_indices, scope=scope, max_attempts=max_attempts,
-                        on_claimed=on_claimed, known_base=known_base)
-    if done.meta is None:
-        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: operation {op.kind!r} leaves no dataset")
-    return done.meta
-
-
-def commit_entry(
-    store: Store,
-    dataset_uuid: str,
-    op: Operation,
-    *,
-    files: Sequence[WrittenFile] = (),
-    schema: pa.Schema | None = None,
-    metadata_format: MetadataFormat | None = None,
-    prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = None,
-    scope: Callable[[DatasetMetadata], set[str]] | None = None,
-    max_attempts: int = 50,
-    on_claimed: Callable[[], Any] | None = None,
-    known_base: Head | None = None,
-) -> Committed:
-    """:func:`commit` for every operation, fences included; returns the :class:`Committed`."""
     naming.validate_name(dataset_uuid)
     if files and not op.added:
         op = replace(op, added=added_files(files))

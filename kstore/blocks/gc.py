@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit_entry, republish_newest
+from kstore.blocks.commit import commit, republish_newest
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.operations import Operation
@@ -188,7 +188,7 @@ def collect_garbage(
     fence = None
     if garbage and not dry_run:
         # 2. the fence; 3. what is retained now (every claim before the fence is in the log)
-        done = commit_entry(store, dataset_uuid, Operation(kind="vacuum", orphan_cutoff_ms=cutoff_ms,
+        done = commit(store, dataset_uuid, Operation(kind="vacuum", orphan_cutoff_ms=cutoff_ms,
                                                            read_version=head.version))
         fence = done.entry.version if done.entry is not None else None
         state = _read_log(store, dataset_uuid, now, cutoff)
@@ -236,7 +236,7 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     now_ms = _ms(runtime.current().now())
     cutoff_ms = max([now_ms] + [born_ms(k) for k in keys]) + 1
-    done = commit_entry(store, dataset_uuid, Operation(kind="delete", orphan_cutoff_ms=cutoff_ms,
+    done = commit(store, dataset_uuid, Operation(kind="delete", orphan_cutoff_ms=cutoff_ms,
                                                        read_version=head.version))
     fence = done.entry.version if done.entry is not None else -1
     # the versions before the fence stop being listed first, then their files go

@@ -237,7 +237,7 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
                            index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
                            table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head)
+                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head).dataset
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay
     except BaseException:

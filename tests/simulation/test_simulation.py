@@ -123,7 +123,7 @@ def _no_gc_fence(mp):
     import kstore.blocks.gc as gc
     from kstore.blocks.commit import Committed
 
-    mp.setattr(gc, "commit_entry", lambda *a, **k: Committed(None, None))
+    mp.setattr(gc, "commit", lambda *a, **k: Committed(None, None))
 
 
 def _no_delete_rows_conflict_scope(mp):
