@@ -27,6 +27,7 @@ from kstore.blocks.gc import GCResult, collect_garbage, delete_all
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
+from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import write_partitions
 from kstore.core import naming
@@ -192,19 +193,25 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
     def moved(key: str) -> str:
         return new_uuid + key[len(dataset_uuid):]
 
+    # everything that can fail on a damaged source is loaded before the first file is copied
     old_stats = stats_by_label(load.load_stats(src, meta))
-    files = []
-    for label, tables in meta.partitions.items():
-        for table, key in tables.items():
-            dst.put(moved(key), src.get(key))
-            files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
     prebuilt = {
         col: (load.load_index(src, meta, col, schema), frozenset(meta.partitions))
         for col in list(meta.indices) + list(meta.inline_indices)
     }
-    op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
-                   table=meta.table, index_columns=tuple(prebuilt))
-    return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt, prebuilt_indices=prebuilt)
+    files: list[WrittenFile] = []
+    try:
+        for label, tables in meta.partitions.items():
+            for table, key in tables.items():
+                data = src.get(key)
+                files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
+                dst.put(moved(key), data)
+        op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
+                       table=meta.table, index_columns=tuple(prebuilt))
+        return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt, prebuilt_indices=prebuilt)
+    except BaseException:
+        delete_files(dst, files)  # no half-written copy
+        raise
 
 
 def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:

@@ -36,7 +36,7 @@ from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow
-from kstore.core import naming
+from kstore.core import naming, serialize
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -128,6 +128,7 @@ def prepare_write(
         raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+    serialize.check_nesting(metadata, f"dataset {dataset_uuid!r}: metadata")
     if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
                                 and isinstance(txn[1], int)):
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")

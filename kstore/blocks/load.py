@@ -16,14 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kstore.core import naming, serialize
-from kstore.core.index import ColumnIndex
+from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.stats import check_stats_table
 from kstore.core.types import storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
     KeyNotFoundError,
+    LimitExceededError,
     UnsupportedTypeError,
     VersionNotFoundError,
 )
@@ -43,9 +45,21 @@ __all__ = [
 
 
 def read_parquet_bytes(data: bytes, what: str) -> pa.Table:
+    """An index or statistics file as a table. Undecodable files raise
+    :class:`CorruptMetadataError`; files whose footer declares more than
+    :data:`~kstore.core.serialize.MAX_METADATA_BYTES` of data, :class:`LimitExceededError`."""
     try:
-        return pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        size = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
+        if size > serialize.MAX_METADATA_BYTES:
+            raise LimitExceededError(
+                f"{what} holds {size} bytes of data, more than the limit of {serialize.MAX_METADATA_BYTES} "
+                "(MAX_METADATA_BYTES); refusing to read it"
+            )
+        return pf.read()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, LimitExceededError):
+            raise
         raise CorruptMetadataError(f"{what} is not a readable Parquet file ({exc})") from exc
 
 
@@ -140,16 +154,26 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
 
 
 def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Schema) -> ColumnIndex:
-    """One secondary index (from its file, or kartothek's inline form)."""
+    """One secondary index (from its file, or kartothek's inline form), checked against ``schema``."""
+    if schema.get_field_index(column) < 0:
+        raise CorruptMetadataError(f"dataset {meta.uuid!r} has an index of column {column!r}, which its schema lacks")
+    vtype = index_storage_type(schema.field(column).type)
     if column in meta.inline_indices:
-        return ColumnIndex.from_inline(column, dict(meta.inline_indices[column]), schema.field(column).type)
+        try:
+            return ColumnIndex.from_inline(column, dict(meta.inline_indices[column]), vtype)
+        except CorruptMetadataError as exc:
+            raise CorruptMetadataError(f"dataset {meta.uuid!r}: {exc}") from exc
     key = meta.indices[column]
+    what = f"dataset {meta.uuid!r}: index file {key!r}"
     try:
         data = store.get(key)
     except KeyNotFoundError as exc:
-        raise CorruptMetadataError(f"dataset {meta.uuid!r}: index file {key!r} of column {column!r} is missing") from exc
-    table = read_parquet_bytes(data, f"dataset {meta.uuid!r}: index file {key!r}")
-    return ColumnIndex.from_table(column, table)
+        raise CorruptMetadataError(f"{what} of column {column!r} is missing") from exc
+    table = read_parquet_bytes(data, what)
+    try:
+        return ColumnIndex.from_table(column, table, vtype)
+    except CorruptMetadataError as exc:
+        raise CorruptMetadataError(f"{what}: {exc}") from exc
 
 
 def load_indices(store: Store, meta: DatasetMetadata, columns: Iterable[str], schema: pa.Schema) -> dict[str, ColumnIndex]:
@@ -169,7 +193,8 @@ def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
         data = store.get(meta.stats_key)
     except KeyNotFoundError:
         return None
-    return read_parquet_bytes(data, f"dataset {meta.uuid!r}: statistics file {meta.stats_key!r}")
+    what = f"dataset {meta.uuid!r}: statistics file {meta.stats_key!r}"
+    return check_stats_table(read_parquet_bytes(data, what), meta.schema, what=what)
 
 
 def parquet_bytes(table: pa.Table, **options) -> bytes:

@@ -194,21 +194,30 @@ def index_from_store(
 
     def one(label: str) -> tuple[pa.Array, str]:
         key = meta.file_key(label)
-        with store.open(key) as fh:
-            pf = pq.ParquetFile(fh)
-            if column not in pf.schema_arrow.names:
-                return pa.array([], vtype), label
-            col = pf.read(columns=[column]).column(column)
-        if pat.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        return pc.unique(col.combine_chunks()).drop_null(), label
+        try:
+            with store.open(key) as fh:
+                pf = pq.ParquetFile(fh)
+                if column not in pf.schema_arrow.names:
+                    return pa.array([], vtype), label
+                col = pf.read(columns=[column]).column(column)
+            if pat.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            values = pc.unique(col.combine_chunks()).drop_null()
+            return (values.cast(vtype) if not values.type.equals(vtype) else values), label
+        except KeyNotFoundError as exc:
+            raise CorruptMetadataError(f"dataset {meta.uuid!r}: partition {label!r} file {key!r} is missing") from exc
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise CorruptMetadataError(
+                f"dataset {meta.uuid!r}: cannot index column {column!r} of {key!r}: not a readable Parquet "
+                f"file with a {vtype} column ({exc})"
+            ) from exc
 
     labels = list(labels)
     if not labels:
         return ColumnIndex.empty(column, vtype)
     with ThreadPoolExecutor(max(1, min(max_workers, len(labels)))) as pool:
         parts = list(pool.map(one, labels))
-    vals = [v.cast(vtype) if not v.type.equals(vtype) else v for v, _ in parts if len(v)]
+    vals = [v for v, _ in parts if len(v)]
     labs = [pa.array([lab] * len(v), pa.string()) for v, lab in parts if len(v)]
     if not vals:
         return ColumnIndex.empty(column, vtype)

@@ -1,0 +1,174 @@
+"""Hostile input and damaged files (issue #11): every case ends in a correct result or a
+clear ``KstoreError`` naming what is wrong, with nothing written and the dataset readable.
+
+One regression test per kind of input the issue reported; ``tests/fuzz/`` generalizes them.
+Real stores (a local directory and memory), no mocks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import kstore
+from kstore.core import naming
+from kstore.core.serialize import MAX_METADATA_DEPTH
+from kstore.errors import CorruptMetadataError, LimitExceededError
+
+UUID = "ds"
+
+
+def frame() -> pd.DataFrame:
+    return pd.DataFrame({"p": [1, 1, 2], "x": [3, 4, 5], "s": ["a", "b", "c"]})
+
+
+def new_dataset(url: str) -> kstore.core.metadata.DatasetMetadata:
+    return kstore.store_dataset(url, UUID, frame(), partition_on="p", secondary_indices=["x"])
+
+
+def snapshot(url: str) -> dict[str, bytes]:
+    """Every key of the store with its bytes (plus, for a directory, every directory)."""
+    st = kstore.open_store(url)
+    out = {k: st.get(k) for k in st.iter_prefix("")}
+    if url.startswith("file://"):
+        root = url[len("file://"):]
+        out.update({os.path.relpath(d, root) + "/": b"<dir>" for d, _, _ in os.walk(root) if ".kstore-tmp" not in d})
+    return out
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def assert_nothing_written_and_readable(url: str, before: dict[str, bytes]) -> None:
+    assert snapshot(url) == before
+    got = kstore.read_dataset(url, UUID, columns=["p", "x", "s"]).sort_values("x").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, frame(), check_dtype=False)
+
+
+# -- statistics and index files that are valid Parquet with wrong column types ----------------
+
+
+STATS_DAMAGE = {
+    "label int": lambda labels: pa.table({"label": [1, 2], "rows": [2, 1], "bytes": [1, 1]}),
+    "rows str": lambda labels: pa.table({"label": labels, "rows": ["2", "1"], "bytes": [1, 1]}),
+    "no label": lambda labels: pa.table({"rows": [2, 1], "bytes": [1, 1]}),
+    "min int for str": lambda labels: pa.table({"label": labels, "rows": [2, 1], "bytes": [1, 1], "min:s": [1, 2],
+                                                "max:s": [1, 2], "nulls:s": [0, 0]}),
+    "nulls str": lambda labels: pa.table({"label": labels, "rows": [2, 1], "bytes": [1, 1], "min:s": ["a", "c"],
+                                          "max:s": ["b", "c"], "nulls:s": ["0", "0"]}),
+    "min list": lambda labels: pa.table({"label": labels, "rows": [2, 1], "bytes": [1, 1], "min:s": [["a"], ["c"]],
+                                         "max:s": [["b"], ["c"]], "nulls:s": [0, 0]}),
+}
+
+
+@pytest.mark.parametrize("damage", list(STATS_DAMAGE))
+def test_statistics_file_with_wrong_column_types(store_url, damage):
+    meta = new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    st.put(meta.stats_key, parquet_bytes(STATS_DAMAGE[damage](sorted(meta.partitions))))
+    before = snapshot(store_url)
+    for call in (
+        lambda: kstore.read_dataset(store_url, UUID, predicates=[[("s", "==", "a")]]),
+        lambda: kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [3], "x": [6], "s": ["d"]})),
+        lambda: kstore.delete_rows(store_url, UUID, [[("s", "==", "a")]]),
+    ):
+        with pytest.raises(CorruptMetadataError, match=f"statistics file '{meta.stats_key}'"):
+            call()
+    assert_nothing_written_and_readable(store_url, before)
+
+
+INDEX_DAMAGE = {
+    "str values": lambda labels: pa.table({"x": ["3", "5"], "partition": [[labels[0]], [labels[1]]]}),
+    "float values": lambda labels: pa.table({"x": [3.0, 5.0], "partition": [[labels[0]], [labels[1]]]}),
+    "null values": lambda labels: pa.table({"x": pa.nulls(2), "partition": [[labels[0]], [labels[1]]]}),
+    "list values": lambda labels: pa.table({"x": [[3], [5]], "partition": [[labels[0]], [labels[1]]]}),
+    "int labels": lambda labels: pa.table({"x": [3, 5], "partition": [[1], [2]]}),
+    "str partition": lambda labels: pa.table({"x": [3, 5], "partition": labels}),
+}
+
+
+@pytest.mark.parametrize("damage", list(INDEX_DAMAGE))
+def test_index_file_with_wrong_column_types(store_url, damage):
+    meta = new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    st.put(meta.indices["x"], parquet_bytes(INDEX_DAMAGE[damage](sorted(meta.partitions))))
+    before = snapshot(store_url)
+    for call in (
+        lambda: kstore.read_dataset(store_url, UUID, predicates=[[("x", "==", 3)]]),
+        lambda: kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [3], "x": [6], "s": ["d"]})),
+        lambda: kstore.copy_dataset(store_url, UUID, new_uuid="copy"),
+    ):
+        with pytest.raises(CorruptMetadataError, match=rf"index file '{meta.indices['x']}'.*'x'"):
+            call()
+    assert_nothing_written_and_readable(store_url, before)
+
+
+@pytest.mark.parametrize("labels", [[5], [None], [["a"]], "abc"], ids=["int", "null", "list", "str"])
+def test_inline_index_with_non_string_labels(store_url, labels):
+    new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    key = naming.metadata_key(UUID)
+    raw = json.loads(st.get(key))
+    raw["indices"]["x"] = {"3": labels}  # kartothek's inline form, damaged
+    st.put(key, json.dumps(raw).encode())
+    before = snapshot(store_url)
+    with pytest.raises(CorruptMetadataError, match="inline index.*'x'"):
+        kstore.read_dataset(store_url, UUID, predicates=[[("x", "==", 3)]])
+    with pytest.raises(CorruptMetadataError, match="inline index.*'x'"):
+        kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [3], "x": [6], "s": ["d"]}))
+    if isinstance(labels, list):  # the metadata file itself is well-formed: reads without the index work
+        assert_nothing_written_and_readable(store_url, before)
+    else:
+        assert snapshot(store_url) == before
+
+
+def test_corrupt_data_file_during_build_indices(store_url):
+    meta = new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    key = sorted(files["table"] for files in meta.partitions.values())[0]
+    good = st.get(key)
+    for damaged in (b"garbage", good[: len(good) // 2], parquet_bytes(pa.table({"s": [[1]]}))):
+        st.put(key, damaged)
+        before = snapshot(store_url)
+        with pytest.raises(CorruptMetadataError, match=f"'s' of '{key}'"):
+            kstore.build_indices(store_url, UUID, ["s"])
+        assert snapshot(store_url) == before
+    st.put(key, good)
+    assert kstore.build_indices(store_url, UUID, ["s"]).indices.keys() == {"x", "s"}
+
+
+# -- metadata nesting ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [MAX_METADATA_DEPTH + 1, 100_000])
+def test_user_metadata_nested_too_deep_is_refused_before_writing(store_url, depth):
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    new_dataset(store_url)
+    before = snapshot(store_url)
+    with pytest.raises(LimitExceededError, match=f"dataset 'other': metadata.*{MAX_METADATA_DEPTH} levels"):
+        kstore.store_dataset(store_url, "other", frame(), metadata=value)
+    with pytest.raises(LimitExceededError, match=f"dataset '{UUID}': metadata.*{MAX_METADATA_DEPTH} levels"):
+        kstore.update_dataset(store_url, UUID, frame(), metadata=value)
+    assert_nothing_written_and_readable(store_url, before)
+
+
+def test_deeply_nested_main_metadata_file_is_a_limit_error(store_url):
+    new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    key = naming.metadata_key(UUID)
+    good = st.get(key)
+    st.put(key, good[:-1] + b',"metadata2":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    for call in (lambda: kstore.read_dataset(store_url, UUID), lambda: kstore.update_dataset(store_url, UUID, frame())):
+        with pytest.raises(LimitExceededError, match=f"dataset '{UUID}'.*nest"):
+            call()
