@@ -70,6 +70,7 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     if missing:
         raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: cannot index {missing}: no such column(s)")
     cols = [c for c in cols if c not in base.partition_keys]
+    naming.check_key_columns(dataset_uuid, partition_on=(), index_columns=cols)
     labels = list(base.partitions)
     prebuilt = {
         c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))

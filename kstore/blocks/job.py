@@ -35,7 +35,7 @@ import pyarrow as pa
 from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.scope import resolve_scope, scope_from_files
-from kstore.blocks.write import WrittenFile, table_schema, to_arrow
+from kstore.blocks.write import WrittenFile, delete_files, table_schema, to_arrow
 from kstore.core import naming, serialize
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -134,6 +134,7 @@ def prepare_write(
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
+    naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
     base, base_format = load.load_latest(store, dataset_uuid)
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
@@ -189,15 +190,6 @@ def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> 
         out = s if out is None else merge_schemas(out, s, dataset=job.dataset_uuid,
                                                   allow_new_columns=job.schema_mode == "merge")
     return out
-
-
-def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
-    """Best-effort delete of written files (GC removes what is left)."""
-    for f in files:
-        try:
-            store.delete(f.key)
-        except Exception:
-            pass
 
 
 def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:

@@ -33,6 +33,7 @@ from kstore.core.types import (
 from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
+    LimitExceededError,
     UnsupportedTypeError,
 )
 from kstore.io.store import Store
@@ -44,6 +45,7 @@ __all__ = [
     "table_schema",
     "split_partitions",
     "write_partitions",
+    "delete_files",
     "write_index_file",
     "write_stats_file",
     "write_common_metadata",
@@ -197,21 +199,28 @@ def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: s
     return out
 
 
-def _write_file(
-    store: Store,
-    dataset_uuid: str,
-    table_name: str,
-    partition_on: Sequence[str],
-    values: tuple[Any, ...],
-    data: pa.Table,
-    index_columns: Sequence[str],
-    file_id: str | None,
-) -> WrittenFile:
+def _label_and_key(
+    dataset_uuid: str, table_name: str, partition_on: Sequence[str], values: tuple[Any, ...], file_id: str | None,
+) -> tuple[str, str]:
     label = naming.build_label(
         [(c, encode_partition_value(v)) for c, v in zip(partition_on, values)],
         file_id or naming.new_file_id(),
     )
-    key = naming.data_key(dataset_uuid, table_name, label)
+    try:
+        return label, naming.data_key(dataset_uuid, table_name, label)
+    except LimitExceededError as exc:
+        raise LimitExceededError(f"dataset {dataset_uuid!r}: partition {dict(zip(partition_on, values))}: {exc}") from exc
+
+
+def _write_file(
+    store: Store,
+    label: str,
+    key: str,
+    table_name: str,
+    partition_on: Sequence[str],
+    data: pa.Table,
+    index_columns: Sequence[str],
+) -> WrittenFile:
     sink = io.BytesIO()
     # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
     file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
@@ -246,16 +255,38 @@ def write_partitions(
     one :class:`WrittenFile` per file; nothing is committed here.
     """
     groups = split_partitions(table, partition_on, dataset=dataset_uuid)
-    groups = [(v, t) for v, t in groups if t.num_rows > 0]
+    # every key first: a partition value that cannot be a key fails before any file is written
+    named = [(_label_and_key(dataset_uuid, table_name, partition_on, v, file_id), t) for v, t in groups if t.num_rows > 0]
 
-    def work(item: tuple[tuple[Any, ...], pa.Table]) -> WrittenFile:
-        values, data = item
-        return _write_file(store, dataset_uuid, table_name, partition_on, values, data, index_columns, file_id)
+    def work(item: tuple[tuple[str, str], pa.Table]) -> WrittenFile:
+        (label, key), data = item
+        return _write_file(store, label, key, table_name, partition_on, data, index_columns)
 
-    if len(groups) <= 1 or max_workers <= 1:
-        return [work(g) for g in groups]
-    with ThreadPoolExecutor(min(max_workers, len(groups))) as pool:
-        return list(pool.map(work, groups))
+    written: list[WrittenFile] = []
+    try:
+        if len(named) <= 1 or max_workers <= 1:
+            for item in named:
+                written.append(work(item))
+            return written
+        with ThreadPoolExecutor(min(max_workers, len(named))) as pool:
+            futures = [pool.submit(work, item) for item in named]
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        written = [f.result() for f in futures if f.exception() is None]
+        if failed:
+            raise failed[0]
+        return written
+    except BaseException:
+        delete_files(store, written)  # a failed call leaves no file behind
+        raise
+
+
+def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
+    """Best-effort delete of written files (GC removes what is left)."""
+    for f in files:
+        try:
+            store.delete(f.key)
+        except Exception:
+            pass
 
 
 def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:

@@ -172,3 +172,56 @@ def test_deeply_nested_main_metadata_file_is_a_limit_error(store_url):
     for call in (lambda: kstore.read_dataset(store_url, UUID), lambda: kstore.update_dataset(store_url, UUID, frame())):
         with pytest.raises(LimitExceededError, match=f"dataset '{UUID}'.*nest"):
             call()
+
+
+# -- names whose key component is longer than file systems allow ------------------------------
+
+EURO = "€" * 30  # 90 bytes of UTF-8, 270 bytes percent-encoded
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["partition value", "partition column", "index column", "table name", "dataset uuid"],
+)
+def test_names_too_long_for_a_key_component_are_refused_before_writing(store_url, case):
+    new_dataset(store_url)
+    df = pd.DataFrame({"p": [1, 2], "x": [3, 4], "v": ["a", EURO]})
+    uuid, kwargs = "other", {"partition_on": "p"}
+    if case == "partition value":
+        kwargs = {"partition_on": "v"}
+    elif case == "partition column":
+        df, kwargs = df.rename(columns={"v": EURO}), {"partition_on": EURO}
+    elif case == "index column":
+        df, kwargs = df.rename(columns={"v": EURO * 3}), {"secondary_indices": [EURO * 3]}
+    elif case == "table name":
+        kwargs["table_name"] = "t" * 256
+    else:
+        uuid = "u" * 250
+    before = snapshot(store_url)
+    with pytest.raises(LimitExceededError, match=r"MAX_NAME_BYTES"):
+        kstore.store_dataset(store_url, uuid, df, **kwargs)
+    assert_nothing_written_and_readable(store_url, before)
+
+
+def test_appending_a_value_or_index_too_long_for_a_key_writes_nothing(store_url):
+    new_dataset(store_url)
+    kstore.store_dataset(store_url, "by-s", frame(), partition_on="s")
+    before = snapshot(store_url)
+    with pytest.raises(LimitExceededError, match=r"partition value '€+.*MAX_NAME_BYTES"):
+        kstore.update_dataset(store_url, "by-s", pd.DataFrame({"p": [1, 2], "x": [1, 2], "s": ["ok", EURO]}))
+    with pytest.raises(LimitExceededError, match=r"index column '€+.*MAX_NAME_BYTES"):
+        kstore.update_dataset(store_url, UUID, frame().assign(**{EURO * 3: 1}), secondary_indices=[EURO * 3],
+                              schema_mode="merge")
+    assert_nothing_written_and_readable(store_url, before)
+
+
+def test_reading_a_name_too_long_for_a_key_is_a_clear_error(store_url):
+    with pytest.raises(LimitExceededError, match=r"dataset uuid 'uuu.*MAX_NAME_BYTES"):
+        kstore.read_dataset(store_url, "u" * 250)
+    kstore.store_dataset(store_url, UUID, frame().assign(**{EURO * 3: 1}), partition_on="p")
+    with pytest.raises(LimitExceededError, match="table name"):
+        kstore.read_dataset(store_url, UUID, table="t" * 300)
+    before = snapshot(store_url)
+    with pytest.raises(LimitExceededError, match="column '€€€"):
+        kstore.build_indices(store_url, UUID, [EURO * 3])
+    assert snapshot(store_url) == before
