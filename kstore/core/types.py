@@ -38,6 +38,7 @@ from kstore.errors import (
     InvalidPredicateError,
     SchemaMismatchError,
     UnsupportedTypeError,
+    short_repr,
 )
 
 __all__ = [
@@ -265,7 +266,7 @@ def encode_partition_value(value: Any) -> str:
         return str(int(value))
     if isinstance(value, (bytes, str)):
         return str(value)
-    raise UnsupportedTypeError(f"cannot encode partition value {value!r} ({type(value).__name__})")
+    raise UnsupportedTypeError(f"cannot encode partition value {short_repr(value)} ({type(value).__name__})")
 
 
 _TRUE = {"True": True, "true": True, "1": True, "False": False, "false": False, "0": False}
@@ -305,7 +306,7 @@ def decode_partition_value(text: str, t: pa.DataType, column: str = "?") -> Any:
             return ts
     except (KeyError, ValueError, SyntaxError, TypeError) as exc:
         raise CorruptMetadataError(
-            f"partition column {column!r}: cannot read value {text!r} as {t}"
+            f"partition column {column!r}: cannot read value {short_repr(text)} as {t}"
         ) from exc
     raise UnsupportedTypeError(f"partition column {column!r} has unsupported type {t}")
 
@@ -336,7 +337,7 @@ def _parse_timestamp(text: str) -> Any:
 def _bad_literal(column: str, t: pa.DataType, value: Any, dataset: str | None) -> InvalidPredicateError:
     prefix = f"dataset {dataset!r}: " if dataset else ""
     return InvalidPredicateError(
-        f"{prefix}column {column!r} is {describe(t)}; cannot compare with {value!r} "
+        f"{prefix}column {column!r} is {describe(t)}; cannot compare with {short_repr(value)} "
         f"({type(value).__name__})"
     )
 
@@ -413,7 +414,7 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
                 except Exception as exc:  # nonexistent / ambiguous wall time in that zone
                     prefix = f"dataset {dataset!r}: " if dataset else ""
                     raise InvalidPredicateError(
-                        f"{prefix}column {column!r} is {describe(t)}; the naive time {value!r} does not "
+                        f"{prefix}column {column!r} is {describe(t)}; the naive time {short_repr(value)} does not "
                         f"exist or is ambiguous in {t.tz}; pass a tz-aware timestamp"
                     ) from exc
             if ts.tzinfo is not None:

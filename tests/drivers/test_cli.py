@@ -98,3 +98,4 @@ def test_gc_retention_out_of_range_is_a_usage_error(store, capsys, days):
     assert exc.value.code == 2
     assert "--retention-days" in capsys.readouterr().err
     assert len(kstore.history(store, "sales")) == 1
+

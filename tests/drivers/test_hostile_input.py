@@ -225,3 +225,51 @@ def test_reading_a_name_too_long_for_a_key_is_a_clear_error(store_url):
     with pytest.raises(LimitExceededError, match="column '€€€"):
         kstore.build_indices(store_url, UUID, [EURO * 3])
     assert snapshot(store_url) == before
+
+
+# -- predicates that crashed the interpreter or overflowed the stack ---------------------------
+
+_CRASH_SCRIPT = """
+import sys, pandas as pd, kstore
+from kstore.errors import KstoreError
+url, shape = sys.argv[1], sys.argv[2]
+n = kstore.core.predicates.MAX_PREDICATE_TERMS
+if shape == "10000 terms":
+    pred = [[("x", ">", -i) for i in range(10_000)]]
+elif shape == "nested 3000":
+    pred = [1]
+    for _ in range(3_000):
+        pred = [pred]
+elif shape == "limit, AND of not-in":
+    pred = [[("x", "not in", [i, i + 1]) for i in range(100, 100 + n)]]
+else:  # "limit, OR of not-in pairs"
+    pred = [[("x", "not in", [i]), ("s", "!=", f"v{i}")] for i in range(n // 2)]
+try:
+    df = kstore.read_dataset(url, "ds", predicates=pred)
+    print("rows", sorted(df["x"].tolist()))
+except KstoreError as exc:
+    print("error", type(exc).__name__, str(exc)[:200])
+"""
+
+
+@pytest.mark.parametrize("shape", ["10000 terms", "nested 3000", "limit, AND of not-in", "limit, OR of not-in pairs"])
+def test_huge_and_deep_predicates_never_crash_the_interpreter(tmp_path, shape):
+    import subprocess
+    import sys
+
+    url = "file://" + str(tmp_path / "store")
+    df = pd.DataFrame({"p": [1, 1, 2], "x": [3, 4, 5], "s": ["v0", "v1", "v9"]})
+    kstore.store_dataset(url, "ds", df, partition_on="p", secondary_indices=["x"])
+    proc = subprocess.run([sys.executable, "-c", _CRASH_SCRIPT, url, shape], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # 139 was a segfault
+    out = proc.stdout.strip()
+    if shape == "10000 terms":
+        assert out.startswith("error LimitExceededError") and "1024 (MAX_PREDICATE_TERMS)" in out
+    elif shape == "nested 3000":
+        assert out.startswith("error InvalidPredicateError")
+    elif shape == "limit, AND of not-in":
+        assert out == "rows [3, 4, 5]"
+    else:  # x not in [i] and s != v{i}, OR over i < 512: every row but none fails all (v9 vs 9 ...)
+        expected = sorted(x for x, s in zip(df["x"], df["s"]) if any(x != i and s != f"v{i}" for i in range(512)))
+        assert out == f"rows {expected}"
