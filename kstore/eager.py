@@ -31,6 +31,7 @@ from kstore.blocks.job import (
 from kstore.blocks.read import read_plan, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
+from kstore.core.arguments import as_bool, as_timestamp, as_version
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
@@ -108,7 +109,7 @@ def store_dataset(
     """
     if metadata_format not in naming.METADATA_SUFFIXES:
         raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
-    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if overwrite else "error",
+    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
                         partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
                         metadata=metadata, metadata_format=metadata_format, txn=txn)
     if job.already_committed:
@@ -150,12 +151,13 @@ def update_dataset(
 
 
 def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:
+    version = as_version(version)
     if as_of is not None:
         from kstore.blocks.history import version_as_of
 
         if version is not None:
             raise InvalidArgumentError("pass version or as_of, not both")
-        version = version_as_of(st, dataset_uuid, as_of)
+        version = version_as_of(st, dataset_uuid, as_timestamp(as_of))
     if version is None:
         return load.load_metadata(st, dataset_uuid)[0]
     return load.load_version(st, dataset_uuid, version)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import write_partitions
 from kstore.core import naming
+from kstore.core.arguments import as_bool, as_columns, as_timestamp, as_version
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
@@ -58,8 +59,10 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     Reads only the indexed column of each file. Partitions appended concurrently are
     indexed at commit time, so the index always covers the committed partitions.
     """
+    if columns is None:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: build_indices needs columns to index")
+    cols = list(as_columns(columns, "columns"))
     st = open_store(store)
-    cols = [columns] if isinstance(columns, str) else list(columns)
     base, _ = load.load_latest(st, dataset_uuid)
     if base is None:
         from kstore.errors import DatasetNotFoundError
@@ -143,10 +146,11 @@ def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int
 
 def resolve_version(store: StoreLike, dataset_uuid: str, *, version: int | None = None,
                     as_of: datetime | None = None) -> int | None:
+    version = as_version(version)
     if version is not None and as_of is not None:
         raise InvalidArgumentError("pass version or as_of, not both")
     if as_of is not None:
-        return version_as_of(open_store(store), dataset_uuid, as_of)
+        return version_as_of(open_store(store), dataset_uuid, as_timestamp(as_of))
     return version
 
 
@@ -159,10 +163,14 @@ def garbage_collect(
 ) -> GCResult:
     """Delete files no retained version references and expire old log entries.
 
-    ``retention=timedelta(0)`` keeps only the newest version (and forgets time travel).
+    ``retention=timedelta(0)`` keeps only the newest version (and forgets time travel); a
+    retention longer than the time since 1970 (up to ``timedelta.max``) keeps every version.
     """
     if not isinstance(retention, timedelta) or retention < timedelta(0):
         raise InvalidArgumentError(f"retention must be a non-negative timedelta, got {retention!r}")
+    dry_run = as_bool(dry_run, "dry_run")
+    # nothing was committed before 1970: a longer window is the same, and `now - retention` stays a date
+    retention = min(retention, datetime.now(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc))
     return collect_garbage(open_store(store), dataset_uuid, retention=retention, dry_run=dry_run)
 
 

@@ -37,6 +37,7 @@ from kstore.blocks.commit import commit
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, delete_files, table_schema, to_arrow
 from kstore.core import naming, serialize
+from kstore.core.arguments import as_columns, as_delete_scope
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -53,17 +54,6 @@ __all__ = ["WriteMode", "WriteJob", "prepare_write", "check_schema", "merge_work
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 _MODES = ("error", "overwrite", "append", "overwrite_partitions")
-
-
-def as_columns(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
-    """A column name or list of names as a tuple (clear error for anything else)."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if not all(isinstance(v, str) for v in value):
-        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
-    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -132,6 +122,7 @@ def prepare_write(
     if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
                                 and isinstance(txn[1], int)):
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    scopes = as_delete_scope(delete_scope, dataset_uuid)
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
     naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
@@ -141,7 +132,7 @@ def prepare_write(
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
                    base_schema=None, schema_mode=schema_mode,
-                   delete_scope=tuple(delete_scope) if delete_scope is not None else None,
+                   delete_scope=scopes,
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format)
     if job.already_committed:
         return replace(job, partition_on=base.partition_keys, index_columns=())

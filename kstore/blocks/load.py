@@ -24,10 +24,12 @@ from kstore.core.types import storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
+    InvalidArgumentError,
     KeyNotFoundError,
     LimitExceededError,
     UnsupportedTypeError,
     VersionNotFoundError,
+    short_repr,
 )
 from kstore.io.store import Store
 
@@ -135,6 +137,8 @@ def load_latest(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata | None
 
 def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -> pa.Schema:
     """The normalized schema: from the metadata (kstore) or ``_common_metadata`` (kartothek)."""
+    if table is not None and table not in meta.tables:
+        raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
     if meta.schema is not None and (table is None or table == meta.table):
         return meta.schema
     key = naming.common_metadata_key(meta.uuid, table or meta.table)

@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
+from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
@@ -142,7 +143,7 @@ def to_pandas(
     metadata (``Int64``) are restored. ``types_mapper`` is passed to ``Table.to_pandas``
     (the Dask driver maps strings to ``string[pyarrow]`` as Dask does).
     """
-    categoricals = list(categoricals or [])
+    categoricals = list(as_columns(categoricals, "categoricals"))
     missing = [c for c in categoricals if c not in table.column_names]
     if missing:
         from kstore.errors import ColumnNotFoundError

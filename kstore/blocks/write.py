@@ -35,6 +35,7 @@ from kstore.errors import (
     InvalidArgumentError,
     LimitExceededError,
     UnsupportedTypeError,
+    short_repr,
 )
 from kstore.io.store import Store
 
@@ -78,20 +79,16 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
     elif isinstance(data, pd.DataFrame):
         if not all(isinstance(c, str) for c in data.columns):
             bad = [c for c in data.columns if not isinstance(c, str)]
-            raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {bad!r}")
-        try:
-            table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise UnsupportedTypeError(f"dataset {dataset!r}: cannot convert the DataFrame to Arrow: {exc}") from exc
+            raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {short_repr(bad)}")
+        _check_duplicates(list(data.columns), dataset)
+        table = _from_pandas(data, dataset)
     else:
         raise InvalidArgumentError(
             f"dataset {dataset!r}: data must be a pandas DataFrame, a pyarrow Table or RecordBatch "
             f"(or an iterable of them), got {type(data).__name__}"
         )
     names = table.column_names
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {dupes}")
+    _check_duplicates(names, dataset)
     for n in names:
         if n.startswith("__index_level_"):
             table = table.drop_columns([n])
@@ -99,6 +96,61 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
     if not target.equals(table.schema, check_metadata=False):
         table = table.cast(target)
     return table
+
+
+def _check_duplicates(names: Sequence[str], dataset: str) -> None:
+    seen: set[str] = set()
+    dupes = sorted({n for n in names if n in seen or seen.add(n)})
+    if dupes:
+        raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {short_repr(dupes)}")
+
+
+def _from_pandas(df: Any, dataset: str) -> pa.Table:
+    """``Table.from_pandas`` with every failure (and every silent change of a value) as a
+    KstoreError naming the column."""
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError) as exc:
+        column = next((c for c in df.columns if _fails(df[c])), None)
+        where = f"dataset {dataset!r}: column {column!r}" if column is not None else f"dataset {dataset!r}"
+        if isinstance(exc, UnicodeError):
+            raise InvalidArgumentError(f"{where} holds a string that is not valid Unicode (a lone surrogate?): {exc}") from exc
+        if isinstance(exc, OverflowError):
+            raise UnsupportedTypeError(f"{where} holds an integer beyond 64 bits, which Arrow cannot store") from exc
+        raise UnsupportedTypeError(f"{where} cannot be converted to Arrow: {exc}") from exc
+    for name in df.columns:
+        if df[name].dtype == object:
+            _check_exact(df[name], table.schema.field(name).type, f"dataset {dataset!r}: column {name!r}")
+    return table
+
+
+def _fails(series: Any) -> bool:
+    try:
+        pa.Array.from_pandas(series)
+        return False
+    except Exception:
+        return True
+
+
+def _check_exact(series: Any, t: pa.DataType, where: str) -> None:
+    """Object columns Arrow converts by changing values: str in a bytes column (encoded), a
+    datetime in a date column (time of day dropped), naive and aware datetimes mixed."""
+    import datetime as dt
+
+    import pandas as pd
+
+    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_string(t) or pat.is_large_string(t):
+        if pd.api.types.infer_dtype(series, skipna=True) == "mixed":
+            kinds = {type(v).__name__ for v in series if isinstance(v, (str, bytes))}
+            if len(kinds) > 1:
+                raise InvalidArgumentError(f"{where} mixes bytes and str values; Arrow would store the str as bytes")
+    elif pat.is_date(t):
+        if any(isinstance(v, dt.datetime) and v.time() != dt.time(0) for v in series):
+            raise InvalidArgumentError(f"{where} mixes dates and datetimes with a time of day, which a date column would drop")
+    elif pat.is_timestamp(t):
+        aware = {v.tzinfo is not None for v in series if isinstance(v, dt.datetime) and v == v}
+        if len(aware) > 1:
+            raise InvalidArgumentError(f"{where} mixes datetimes with and without a time zone")
 
 
 def iter_tables(data: Any, *, dataset: str = "?") -> Iterator[pa.Table]:

@@ -33,12 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.core import naming
+from kstore.core.arguments import as_column_list
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression
 from kstore.core.stats import prune_mask
 from kstore.core.types import decode_partition_value
-from kstore.errors import ColumnNotFoundError, CorruptMetadataError
+from kstore.errors import ColumnNotFoundError, CorruptMetadataError, InvalidArgumentError, short_repr
 
 __all__ = ["ReadTask", "ReadPlan", "plan_read", "partition_value_arrays", "label_values"]
 
@@ -153,7 +154,10 @@ def plan_read(
     store_calls: Mapping[str, int] | None = None,
 ) -> ReadPlan:
     """Plan a read (pure). See the module docstring."""
+    if table is not None and table not in meta.tables:
+        raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
     table = table or meta.table
+    columns = as_column_list(columns)
     if columns is not None:
         missing = [c for c in columns if schema.get_field_index(c) < 0]
         if missing:

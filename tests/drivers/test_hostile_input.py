@@ -7,6 +7,7 @@ Real stores (a local directory and memory), no mocks.
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import os
@@ -19,7 +20,7 @@ import pytest
 import kstore
 from kstore.core import naming
 from kstore.core.serialize import MAX_METADATA_DEPTH
-from kstore.errors import CorruptMetadataError, LimitExceededError
+from kstore.errors import CorruptMetadataError, InvalidArgumentError, LimitExceededError, UnsupportedTypeError
 
 UUID = "ds"
 
@@ -219,7 +220,7 @@ def test_reading_a_name_too_long_for_a_key_is_a_clear_error(store_url):
     with pytest.raises(LimitExceededError, match=r"dataset uuid 'uuu.*MAX_NAME_BYTES"):
         kstore.read_dataset(store_url, "u" * 250)
     kstore.store_dataset(store_url, UUID, frame().assign(**{EURO * 3: 1}), partition_on="p")
-    with pytest.raises(LimitExceededError, match="table name"):
+    with pytest.raises(InvalidArgumentError, match="table"):
         kstore.read_dataset(store_url, UUID, table="t" * 300)
     before = snapshot(store_url)
     with pytest.raises(LimitExceededError, match="column '€€€"):
@@ -273,3 +274,112 @@ def test_huge_and_deep_predicates_never_crash_the_interpreter(tmp_path, shape):
     else:  # x not in [i] and s != v{i}, OR over i < 512: every row but none fails all (v9 vs 9 ...)
         expected = sorted(x for x, s in zip(df["x"], df["s"]) if any(x != i and s != f"v{i}" for i in range(512)))
         assert out == f"rows {expected}"
+
+
+# -- wrong argument types -------------------------------------------------------------------------
+
+_NOW = datetime.datetime.now(datetime.timezone.utc)
+
+BAD_CALLS = {
+    "partition_on=5": (InvalidArgumentError, "partition_on", lambda u: kstore.store_dataset(u, "n", frame(), partition_on=5)),
+    "secondary_indices=5": (InvalidArgumentError, "secondary_indices",
+                            lambda u: kstore.store_dataset(u, "n", frame(), secondary_indices=5)),
+    "partition_on=[None]": (InvalidArgumentError, "partition_on",
+                            lambda u: kstore.store_dataset(u, "n", frame(), partition_on=[None])),
+    "delete_scope=5": (InvalidArgumentError, "delete_scope", lambda u: kstore.update_dataset(u, UUID, frame(), delete_scope=5)),
+    "delete_scope=[5]": (InvalidArgumentError, "delete scope", lambda u: kstore.update_dataset(u, UUID, delete_scope=[5])),
+    "delete_scope={dict}": (InvalidArgumentError, "delete_scope",
+                            lambda u: kstore.update_dataset(u, UUID, delete_scope={"p": 1})),
+    "delete_scope=[{5: 1}]": (InvalidArgumentError, "delete scope",
+                              lambda u: kstore.update_dataset(u, UUID, delete_scope=[{5: 1}])),
+    "build_indices None": (InvalidArgumentError, "columns", lambda u: kstore.build_indices(u, UUID, None)),
+    "build_indices 5": (InvalidArgumentError, "columns", lambda u: kstore.build_indices(u, UUID, 5)),
+    "build_indices [None]": (InvalidArgumentError, "columns", lambda u: kstore.build_indices(u, UUID, [None])),
+    "columns=[None]": (InvalidArgumentError, "columns", lambda u: kstore.read_dataset(u, UUID, columns=[None])),
+    "columns=5": (InvalidArgumentError, "columns", lambda u: kstore.read_dataset(u, UUID, columns=5)),
+    "columns='x'": (InvalidArgumentError, "columns", lambda u: kstore.read_table(u, UUID, columns="x")),
+    "plan columns=[[1]]": (InvalidArgumentError, "columns", lambda u: kstore.plan_read(u, UUID, columns=[[1]])),
+    "categoricals=5": (InvalidArgumentError, "categoricals", lambda u: kstore.read_dataset(u, UUID, categoricals=5)),
+    "as_of='yesterday'": (InvalidArgumentError, "as_of", lambda u: kstore.read_dataset(u, UUID, as_of="yesterday")),
+    "as_of=5": (InvalidArgumentError, "as_of", lambda u: kstore.read_dataset(u, UUID, as_of=5)),
+    "as_of=NaT": (InvalidArgumentError, "as_of", lambda u: kstore.read_dataset(u, UUID, as_of=pd.NaT)),
+    "as_of=date": (InvalidArgumentError, "as_of", lambda u: kstore.read_dataset(u, UUID, as_of=datetime.date(2024, 1, 1))),
+    "resolve_version as_of": (InvalidArgumentError, "as_of",
+                              lambda u: kstore.lifecycle.resolve_version(u, UUID, as_of="yesterday")),
+    "version=True": (InvalidArgumentError, "version", lambda u: kstore.read_dataset(u, UUID, version=True)),
+    "version='0'": (InvalidArgumentError, "version", lambda u: kstore.load_metadata(u, UUID, version="0")),
+    "table=5": (InvalidArgumentError, "table", lambda u: kstore.read_dataset(u, UUID, table=5)),
+    "table='other'": (InvalidArgumentError, "table", lambda u: kstore.plan_read(u, UUID, table="other")),
+    "overwrite='no'": (InvalidArgumentError, "overwrite", lambda u: kstore.store_dataset(u, UUID, frame(), overwrite="no")),
+    "dry_run='no'": (InvalidArgumentError, "dry_run", lambda u: kstore.garbage_collect(u, UUID, dry_run="no")),
+    "retention=-1s": (InvalidArgumentError, "retention",
+                      lambda u: kstore.garbage_collect(u, UUID, retention=datetime.timedelta(seconds=-1))),
+}
+
+
+def test_retention_longer_than_the_calendar_keeps_everything(store_url):
+    new_dataset(store_url)
+    kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [3], "x": [6], "s": ["d"]}))
+    for retention in (datetime.timedelta(days=10**6), datetime.timedelta.max):
+        res = kstore.garbage_collect(store_url, UUID, retention=retention)
+        assert res.deleted_files == () and res.expired_versions == () and res.retained_versions == (0, 1)
+    assert len(kstore.read_dataset(store_url, UUID, version=0)) == 3
+
+
+def test_as_of_accepts_iso_text_and_timestamps(store_url):
+    new_dataset(store_url)
+    later = (_NOW + datetime.timedelta(days=1))
+    for as_of in (later, pd.Timestamp(later), later.isoformat(), later.replace(tzinfo=None).isoformat()):
+        assert len(kstore.read_dataset(store_url, UUID, as_of=as_of)) == 3
+
+
+# -- pandas -> Arrow ------------------------------------------------------------------------------
+
+BAD_FRAMES = {
+    "duplicate columns": (InvalidArgumentError, r"duplicate column names \['a'\]",
+                          lambda: pd.DataFrame([[1, 2, 3]], columns=["a", "a", "x"])),
+    "int beyond 64 bits": (UnsupportedTypeError, r"column 'big'.*64", lambda: pd.DataFrame({"x": [1], "big": [2**70]})),
+    "complex": (UnsupportedTypeError, r"column 'c'.*complex", lambda: pd.DataFrame({"x": [1], "c": [1 + 2j]})),
+    "lone surrogate": (InvalidArgumentError, r"column 's'.*surrogate",
+                       lambda: pd.DataFrame({"x": [1, 2], "s": pd.Series(["ok", "\ud800"], dtype=object)})),
+    "bytes and str": (InvalidArgumentError, r"column 'b'.*bytes.*str",
+                      lambda: pd.DataFrame({"x": [1, 2], "b": pd.Series([b"x", "y"], dtype=object)})),
+    "str and bytes": (InvalidArgumentError, r"column 'b'.*bytes.*str",
+                      lambda: pd.DataFrame({"x": [1, 2], "b": pd.Series(["y", b"x"], dtype=object)})),
+    "date and datetime": (InvalidArgumentError, r"column 'd'.*time of day",
+                          lambda: pd.DataFrame({"x": [1, 2], "d": pd.Series(
+                              [datetime.date(2024, 1, 1), datetime.datetime(2024, 1, 1, 5)], dtype=object)})),
+    "naive and aware": (InvalidArgumentError, r"column 't'.*time zone",
+                        lambda: pd.DataFrame({"x": [1, 2], "t": pd.Series(
+                            [pd.Timestamp("2024-01-01", tz="UTC"), pd.Timestamp("2024-01-01")], dtype=object)})),
+}
+
+
+BAD_CALLS.update({
+    f"frame: {case}": (cls, pattern, lambda u, make=make: kstore.store_dataset(u, "other", make()))
+    for case, (cls, pattern, make) in BAD_FRAMES.items()
+})
+
+
+@pytest.mark.parametrize("case", list(BAD_CALLS))
+def test_wrong_arguments_and_frames_arrow_cannot_store_exactly_are_clear_errors(store_url, case):
+    new_dataset(store_url)
+    before = snapshot(store_url)
+    cls, pattern, call = BAD_CALLS[case]
+    with pytest.raises(cls, match=pattern):
+        call(store_url)
+    assert_nothing_written_and_readable(store_url, before)
+
+
+def test_object_columns_arrow_stores_exactly_still_work(store_url):
+    df = pd.DataFrame({
+        "x": [1, 2],
+        "b": pd.Series([b"x", None], dtype=object),
+        "d": pd.Series([datetime.date(2024, 1, 1), datetime.datetime(2024, 1, 2)], dtype=object),  # midnight: exact
+        "s": pd.Series(["a", None], dtype=object),
+    })
+    kstore.store_dataset(store_url, "ok", df)
+    got = kstore.read_dataset(store_url, "ok", dates_as_object=True)
+    assert got["b"].tolist() == [b"x", None]
+    assert got["s"][0] == "a" and pd.isna(got["s"][1])
+    assert got["d"].tolist() == [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2)]
