@@ -29,7 +29,7 @@ from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
 from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
-from kstore.blocks.write import write_partitions
+from kstore.blocks.write import WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import as_bool, as_columns, as_timestamp, as_version
 from kstore.core.index import index_storage_type
@@ -75,6 +75,9 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     cols = [c for c in cols if c not in base.partition_keys]
     naming.check_key_columns(dataset_uuid, partition_on=(), index_columns=cols)
     labels = list(base.partitions)
+    # kartothek's inline indices become files in this commit: check them before writing any
+    load.load_indices(st, base, [c for c in base.inline_indices if c not in cols and c not in base.partition_keys],
+                      schema)
     prebuilt = {
         c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
         for c in cols
@@ -102,28 +105,33 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any) -> Dataset
     if parse(predicates) is None:
         raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
     dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
-    indices = load.load_indices(st, base, [t.column for c in dnf for t in c], schema)
+    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    indices = load.load_indices(st, base, sec, schema)  # all of them: the commit updates every one
     plan = _plan(base, schema, predicates, indices=indices, stats=load.load_stats(st, base))
     expr = to_expression(dnf, read_schema(schema))
     data_cols = [c for c in schema.names if c not in base.partition_keys]
-    files, remove = [], []
-    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
-    for task in plan.tasks:
-        full = read_task(st, plan, replace(task, residual=None), list(schema.names))
-        hit = _mask(full, expr)
-        if not hit.any():
-            continue
-        remove.append(task.label)
-        keep = full.filter(pa.array(~hit))
-        if keep.num_rows:
-            keep = keep.select(list(base.partition_keys) + data_cols)
-            files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
-                                          index_columns=sec, table_name=base.table))
-    if not remove:
-        return base
-    op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
-                   partition_on=base.partition_keys)
-    return commit(st, dataset_uuid, op, files=files, schema=None)
+    files: list[WrittenFile] = []
+    remove = []
+    try:
+        for task in plan.tasks:
+            full = read_task(st, plan, replace(task, residual=None), list(schema.names))
+            hit = _mask(full, expr)
+            if not hit.any():
+                continue
+            remove.append(task.label)
+            keep = full.filter(pa.array(~hit))
+            if keep.num_rows:
+                keep = keep.select(list(base.partition_keys) + data_cols)
+                files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
+                                              index_columns=sec, table_name=base.table))
+        if not remove:
+            return base
+        op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
+                       partition_on=base.partition_keys)
+        return commit(st, dataset_uuid, op, files=files, schema=None)
+    except BaseException:
+        delete_files(st, files)  # nothing half-written
+        raise
 
 
 def _mask(table: pa.Table, expr) -> np.ndarray:
@@ -196,7 +204,6 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     schema = load.load_schema(src, meta)
-    from kstore.blocks.write import WrittenFile
     from kstore.core.stats import FileStats, stats_by_label
 
     def moved(key: str) -> str:

@@ -37,7 +37,7 @@ from kstore.blocks.commit import commit
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, delete_files, table_schema, to_arrow
 from kstore.core import naming, serialize
-from kstore.core.arguments import as_columns, as_delete_scope
+from kstore.core.arguments import as_choice, as_columns, as_delete_scope
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -110,12 +110,10 @@ def prepare_write(
     """
     naming.validate_name(dataset_uuid)
     naming.validate_name(table_name, "table name")
-    if mode not in _MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
-    if schema_mode not in ("strict", "merge"):
-        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
-    if metadata_format is not None and metadata_format not in naming.METADATA_SUFFIXES:
-        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
+    as_choice(mode, _MODES, "mode")
+    as_choice(schema_mode, ("strict", "merge"), "schema_mode")
+    if metadata_format is not None:
+        as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     serialize.check_nesting(metadata, f"dataset {dataset_uuid!r}: metadata")
@@ -158,8 +156,11 @@ def prepare_write(
         )
     existing = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
     sec = tuple(dict.fromkeys(existing + tuple(c for c in sec if c not in base.partition_keys)))
+    base_schema = load.load_schema(store, base)
+    # the commit updates every index of the base: a damaged one must fail here, before any file is written
+    load.load_indices(store, base, existing, base_schema)
     return replace(job, partition_on=base.partition_keys, index_columns=sec, table_name=base.table,
-                   base_schema=load.load_schema(store, base))
+                   base_schema=base_schema)
 
 
 def check_schema(job: WriteJob, sample: Any) -> pa.Schema:

@@ -20,7 +20,7 @@ from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.stats import check_stats_table
-from kstore.core.types import storage_schema
+from kstore.core.types import check_dataset_schema, duplicate_names, storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
@@ -58,11 +58,18 @@ def read_parquet_bytes(data: bytes, what: str) -> pa.Table:
                 f"{what} holds {size} bytes of data, more than the limit of {serialize.MAX_METADATA_BYTES} "
                 "(MAX_METADATA_BYTES); refusing to read it"
             )
+        _check_unique_names(pf.schema_arrow.names, what)
         return pf.read()
     except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, LimitExceededError):
+        if isinstance(exc, (LimitExceededError, CorruptMetadataError)):
             raise
         raise CorruptMetadataError(f"{what} is not a readable Parquet file ({exc})") from exc
+
+
+def _check_unique_names(names: list[str], what: str) -> None:
+    dupes = duplicate_names(names)
+    if dupes:
+        raise CorruptMetadataError(f"{what} has duplicate columns {short_repr(dupes)}")
 
 
 def load_metadata_raw(store: Store, dataset_uuid: str) -> tuple[dict, MetadataFormat]:
@@ -140,7 +147,7 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
     if table is not None and table not in meta.tables:
         raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
     if meta.schema is not None and (table is None or table == meta.table):
-        return meta.schema
+        return check_dataset_schema(meta.schema, meta.partition_keys, meta.uuid)
     key = naming.common_metadata_key(meta.uuid, table or meta.table)
     try:
         data = store.get(key)
@@ -148,13 +155,14 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: schema file {key!r} is missing") from exc
     try:
         schema = pq.read_schema(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema") from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema ({exc})") from exc
     # plateau under pandas 3 writes large_string (etc.) here; kstore's types are the plain ones
     try:
-        return storage_schema(schema)
+        schema = storage_schema(schema)
     except UnsupportedTypeError:
-        return schema
+        pass
+    return check_dataset_schema(schema, meta.partition_keys, meta.uuid)
 
 
 def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Schema) -> ColumnIndex:

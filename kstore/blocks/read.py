@@ -47,7 +47,7 @@ def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: 
             if not col.type.equals(t):
                 try:
                     col = col.cast(t)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                except pa.ArrowException as exc:
                     raise CorruptMetadataError(
                         f"dataset {dataset!r}: column {name!r} in {key!r} is {col.type}, "
                         f"which does not convert to the dataset type {t}"
@@ -88,7 +88,7 @@ def read_task(
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 can_push = False
                 table = fragment.to_table(columns=present)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise CorruptMetadataError(
                 f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"
             ) from exc
@@ -207,7 +207,7 @@ def index_from_store(
             return (values.cast(vtype) if not values.type.equals(vtype) else values), label
         except KeyNotFoundError as exc:
             raise CorruptMetadataError(f"dataset {meta.uuid!r}: partition {label!r} file {key!r} is missing") from exc
-        except (pa.ArrowException, OSError, ValueError) as exc:
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:  # KeyError: a duplicated column
             raise CorruptMetadataError(
                 f"dataset {meta.uuid!r}: cannot index column {column!r} of {key!r}: not a readable Parquet "
                 f"file with a {vtype} column ({exc})"

@@ -24,6 +24,7 @@ from kstore.core.index import ColumnIndex
 from kstore.core.stats import FileStats, file_stats
 from kstore.core.types import (
     check_partition_type,
+    duplicate_names,
     encode_partition_value,
     normalize_schema,
     schema_pandas_metadata,
@@ -99,8 +100,7 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
 
 
 def _check_duplicates(names: Sequence[str], dataset: str) -> None:
-    seen: set[str] = set()
-    dupes = sorted({n for n in names if n in seen or seen.add(n)})
+    dupes = duplicate_names(names)
     if dupes:
         raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {short_repr(dupes)}")
 

@@ -20,11 +20,22 @@ from typing import Any
 
 from kstore.errors import InvalidArgumentError, short_repr
 
-__all__ = ["as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
+__all__ = ["as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
     return InvalidArgumentError(f"{what} must be {expected}, got {short_repr(value)} ({type(value).__name__})")
+
+
+def as_choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+    """One of a closed set of modes (``Literal`` options); anything else is an error.
+
+    >>> as_choice("merge", ("strict", "merge"), "schema_mode")
+    'merge'
+    """
+    if isinstance(value, str) and value in choices:
+        return value
+    raise _bad(what, "one of " + ", ".join(map(repr, choices)), value)
 
 
 def as_columns(value: Any, what: str) -> tuple[str, ...]:

@@ -145,7 +145,7 @@ def validate_dataset_key(dataset_uuid: str, key: str) -> str:
 
 def metadata_key(dataset_uuid: str, fmt: MetadataFormat = "json") -> str:
     """The main metadata file of a dataset."""
-    if fmt not in METADATA_SUFFIXES:
+    if not isinstance(fmt, str) or fmt not in METADATA_SUFFIXES:
         raise InvalidKeyError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
     key = validate_name(dataset_uuid) + METADATA_SUFFIXES[fmt]
     return _check_component(key, f"dataset uuid {short_repr(dataset_uuid)}")

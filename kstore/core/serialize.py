@@ -63,6 +63,8 @@ def _too_deep(what: str) -> LimitExceededError:
 
 def dumps(raw: dict[str, Any], fmt: MetadataFormat = "json") -> bytes:
     """Encode a metadata dict in ``fmt``."""
+    if not isinstance(fmt, str):
+        raise InvalidArgumentError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
     try:
         if fmt == "json":
             return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
@@ -116,7 +118,7 @@ def loads(data: bytes, fmt: MetadataFormat = "json", *, what: str = "dataset") -
     Input beyond :data:`MAX_METADATA_BYTES` (before or after decompression) or nested beyond
     what the parser follows is a :class:`~kstore.errors.LimitExceededError`.
     """
-    if fmt not in ("json", "msgpack.zstd"):
+    if not isinstance(fmt, str) or fmt not in ("json", "msgpack.zstd"):
         raise InvalidArgumentError(f"unknown metadata format {fmt!r}")
     try:
         if fmt == "json":

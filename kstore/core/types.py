@@ -25,7 +25,7 @@ import ast
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -50,6 +50,8 @@ __all__ = [
     "read_schema",
     "merge_schemas",
     "check_partition_type",
+    "check_dataset_schema",
+    "duplicate_names",
     "encode_partition_value",
     "decode_partition_value",
     "coerce_literal",
@@ -243,6 +245,29 @@ def check_partition_type(column: str, t: pa.DataType) -> None:
             f"column {column!r} has type {t}; partition_on accepts bool, int, uint, float, "
             "string, binary, date and timestamp columns"
         )
+
+
+def duplicate_names(names: Sequence[str]) -> list[str]:
+    """Names that occur more than once (sorted)."""
+    seen: set[str] = set()
+    return sorted({n for n in names if n in seen or seen.add(n)})
+
+
+def check_dataset_schema(schema: pa.Schema, partition_keys: Sequence[str], dataset: str) -> pa.Schema:
+    """Raise :class:`CorruptMetadataError` unless ``schema`` can be a dataset's schema: unique
+    column names, every partition column present with a type partition values can have."""
+    dupes = duplicate_names(schema.names)
+    if dupes:
+        raise CorruptMetadataError(f"dataset {dataset!r}: the schema has duplicate columns {dupes}")
+    missing = [c for c in partition_keys if schema.get_field_index(c) < 0]
+    if missing:
+        raise CorruptMetadataError(f"dataset {dataset!r}: partition column(s) {missing} are missing from the schema")
+    for c in partition_keys:
+        try:
+            check_partition_type(c, normalize_type(schema.field(c).type, c))
+        except UnsupportedTypeError as exc:
+            raise CorruptMetadataError(f"dataset {dataset!r}: the schema is damaged: {exc}") from exc
+    return schema
 
 
 def encode_partition_value(value: Any) -> str:
@@ -505,11 +530,17 @@ def with_pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = N
 
 
 def schema_pandas_metadata(schema: pa.Schema) -> dict | None:
+    """The pandas metadata of ``schema`` (a dtype hint only): None when it is missing or not
+    the shape pyarrow writes; column entries that are not ``{"field_name": str, ...}`` are dropped."""
     raw = (schema.metadata or {}).get(b"pandas")
     if not raw:
         return None
     try:
-        return json.loads(raw)
-    except ValueError:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("columns", []), list):
+        return None
+    columns = [c for c in meta.get("columns", []) if isinstance(c, dict) and isinstance(c.get("field_name"), str)]
+    return {"columns": columns}
 

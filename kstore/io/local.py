@@ -51,6 +51,10 @@ class LocalStore:
             raise InvalidArgumentError(f"a local store's root must be a non-empty str path, got {path!r}")
         if "\x00" in path:
             raise InvalidArgumentError(f"store path {path!r} contains a NUL byte")
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"store path {path!r} is no valid file name here ({exc.reason})") from exc
         self.root = os.path.abspath(path)
         self.url = "file://" + self.root
         self._real_root = os.path.realpath(self.root)  # the root itself may be a link

@@ -383,3 +383,83 @@ def test_object_columns_arrow_stores_exactly_still_work(store_url):
     assert got["b"].tolist() == [b"x", None]
     assert got["s"][0] == "a" and pd.isna(got["s"][1])
     assert got["d"].tolist() == [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2)]
+
+
+# -- found by the fuzz suite: damaged _common_metadata, empty statistics, duplicated columns -----
+
+
+def kartothek_style(url: str) -> None:
+    """The dataset as kartothek writes it: no kstore extension, the schema in _common_metadata."""
+    new_dataset(url)
+    st = kstore.open_store(url)
+    key = naming.metadata_key(UUID)
+    raw = json.loads(st.get(key))
+    del raw["kstore"]
+    st.put(key, json.dumps(raw).encode())
+    for log in list(st.iter_prefix(naming.log_prefix(UUID))):
+        st.delete(log)
+
+
+def _common(table_fn):
+    def damage(data: bytes) -> bytes:
+        return parquet_bytes(table_fn(pq.read_table(pa.BufferReader(data))))
+    return damage
+
+
+COMMON_DAMAGE = {
+    "partition column dropped": _common(lambda t: t.drop_columns(["p"])),
+    "partition column null": _common(lambda t: t.set_column(0, "p", pa.nulls(0))),
+    "partition column list": _common(lambda t: t.set_column(0, "p", pa.array([], pa.list_(pa.int64())))),
+    "duplicate columns": _common(lambda t: t.rename_columns(["p", "x", "x"])),
+    "truncated": lambda data: data[: len(data) // 2],
+    "footer length flipped": lambda data: data[:-8] + bytes(b ^ 0xFF for b in data[-8:-4]) + data[-4:],
+}
+
+
+@pytest.mark.parametrize("damage", list(COMMON_DAMAGE))
+def test_damaged_common_metadata_is_a_corrupt_metadata_error(store_url, damage):
+    kartothek_style(store_url)
+    st = kstore.open_store(store_url)
+    key = naming.common_metadata_key(UUID)
+    st.put(key, COMMON_DAMAGE[damage](st.get(key)))
+    before = snapshot(store_url)
+    for call in (lambda: kstore.read_dataset(store_url, UUID, predicates=[[("p", "==", 1)]]),
+                 lambda: kstore.update_dataset(store_url, UUID, delete_scope=[{"p": 1}]),
+                 lambda: kstore.update_dataset(store_url, UUID, frame())):
+        with pytest.raises(CorruptMetadataError, match=f"dataset '{UUID}'"):
+            call()
+    assert snapshot(store_url) == before
+
+
+@pytest.mark.parametrize("pandas_meta", [b"{", b"[]", b'{"columns": 5}', b'{"columns": [1, {"name": 2}]}'])
+def test_damaged_pandas_metadata_is_only_a_hint(store_url, pandas_meta):
+    kartothek_style(store_url)
+    st = kstore.open_store(store_url)
+    key = naming.common_metadata_key(UUID)
+    schema = pq.read_schema(pa.BufferReader(st.get(key)))
+    st.put(key, parquet_bytes(schema.empty_table().replace_schema_metadata({b"pandas": pandas_meta})))
+    assert_nothing_written_and_readable(store_url, snapshot(store_url))
+    kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [3], "x": [6], "s": ["d"]}))
+    assert sorted(kstore.read_dataset(store_url, UUID)["x"]) == [3, 4, 5, 6]
+
+
+def test_empty_statistics_file_prunes_nothing(store_url):
+    meta = new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    st.put(meta.stats_key, parquet_bytes(pq.read_table(pa.BufferReader(st.get(meta.stats_key))).slice(0, 0)))
+    got = kstore.read_dataset(store_url, UUID, predicates=[[("s", "==", "a")], [("s", "==", "c")]])
+    assert sorted(got["x"]) == [3, 5]
+
+
+def test_data_file_with_a_duplicated_column(store_url):
+    meta = new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    key = sorted(files["table"] for files in meta.partitions.values())[0]
+    table = pq.read_table(pa.BufferReader(st.get(key)))
+    st.put(key, parquet_bytes(table.rename_columns(["s", "s"])))
+    before = snapshot(store_url)
+    with pytest.raises(CorruptMetadataError, match=key):
+        kstore.build_indices(store_url, UUID, ["s"])
+    with pytest.raises(CorruptMetadataError, match=key):
+        kstore.read_dataset(store_url, UUID)
+    assert snapshot(store_url) == before
