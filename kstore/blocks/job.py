@@ -116,9 +116,9 @@ def prepare_write(
         as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
-    serialize.check_nesting(metadata, f"dataset {dataset_uuid!r}: metadata")
     if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
-                                and isinstance(txn[1], int)):
+                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)
+                                and 0 <= txn[1] < 2**63):
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
     scopes = as_delete_scope(delete_scope, dataset_uuid)
     pon = as_columns(partition_on, "partition_on")
@@ -127,6 +127,9 @@ def prepare_write(
     base, base_format = load.load_latest(store, dataset_uuid)
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    # the log entry is JSON, the main file JSON or msgpack: a value either cannot hold fails now
+    main_format = (metadata_format if (base is None or mode in ("error", "overwrite")) else None) or base_format
+    serialize.check_encodable(metadata, f"dataset {dataset_uuid!r}: metadata", ("json", main_format or "json"))
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
                    base_schema=None, schema_mode=schema_mode,

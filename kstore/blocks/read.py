@@ -22,7 +22,7 @@ from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
-from kstore.errors import CorruptMetadataError, KeyNotFoundError
+from kstore.errors import CorruptMetadataError, InvalidArgumentError, KeyNotFoundError
 from kstore.io.store import Store
 
 __all__ = ["read_task", "read_plan", "to_pandas", "empty_table"]
@@ -152,7 +152,13 @@ def to_pandas(
     arrays, fields = [], []
     for f, col in zip(table.schema, table.columns):
         if pat.is_date32(f.type) and not dates_as_object:
-            col = col.cast(pa.timestamp("ns"))
+            try:
+                col = col.cast(pa.timestamp("ns"))
+            except pa.ArrowInvalid as exc:
+                raise InvalidArgumentError(
+                    f"column {f.name!r} holds dates pandas' datetime64[ns] cannot hold (before 1677-09-22 or "
+                    "after 2262-04-11); read it with dates_as_object=True"
+                ) from exc
         if f.name in categoricals and not pat.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         arrays.append(col)

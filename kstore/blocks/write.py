@@ -96,7 +96,22 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
     target = storage_schema(table.schema)
     if not target.equals(table.schema, check_metadata=False):
         table = table.cast(target)
+    for f in table.schema:
+        if pat.is_timestamp(f.type) and f.type.unit != "ns":
+            _check_ns_range(table.column(f.name), f.name, dataset)
     return table
+
+
+def _check_ns_range(col: pa.ChunkedArray, name: str, dataset: str) -> None:
+    """Readers return timestamps as ``datetime64[ns]``: refuse values that cannot become one."""
+    per_ns = {"s": 10**9, "ms": 10**6, "us": 10**3}[col.type.unit]
+    mm = pc.min_max(col.cast(pa.int64()))
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    if lo is not None and not (-(2**63) // per_ns < lo and hi < (2**63 - 1) // per_ns):
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: column {name!r} holds timestamps outside 1677-09-21 .. 2262-04-11, which "
+            "kstore reads back as datetime64[ns]"
+        )
 
 
 def _check_duplicates(names: Sequence[str], dataset: str) -> None:

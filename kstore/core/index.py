@@ -282,6 +282,12 @@ class ColumnIndex:
         lo, hi = 0, self._n_real
         key = self._key(value)
         arr = self.values
+        t = arr.type
+        if pat.is_timestamp(t) or pat.is_date32(t):
+            # compare as integers: values may lie far beyond what Python's datetime can hold
+            ints = arr.slice(0, hi).cast(pa.int64() if pat.is_timestamp(t) else pa.int32())
+            k = pa.scalar(key, t).cast(ints.type).as_py()
+            return int(np.searchsorted(ints.to_numpy(zero_copy_only=False), k, side="right" if right else "left"))
         while lo < hi:
             mid = (lo + hi) // 2
             v = arr[mid].as_py()

@@ -31,7 +31,7 @@ import zstandard
 from kstore.core.naming import MetadataFormat
 from kstore.errors import CorruptMetadataError, InvalidArgumentError, LimitExceededError
 
-__all__ = ["dumps", "loads", "check_nesting", "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH"]
+__all__ = ["dumps", "loads", "check_nesting", "check_encodable", "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH"]
 
 #: A metadata file (JSON bytes, or msgpack after zstd decompression) is at most this large:
 #: 256 MiB, room for about a million partitions. Larger ones are refused as hostile.
@@ -163,3 +163,24 @@ def check_nesting(value: Any, what: str, limit: int = MAX_METADATA_DEPTH) -> Non
 
 
 _CONTAINERS = (Mapping, list, tuple)
+
+
+def check_encodable(value: Any, what: str, formats: tuple[MetadataFormat, ...] = ("json",)) -> None:
+    """Raise :class:`~kstore.errors.InvalidArgumentError` unless ``value`` can be written in
+    every format of ``formats`` (dict keys that are not strings, ints beyond 64 bits in msgpack):
+    a write checks its user metadata with this before its first file.
+
+    >>> check_encodable({"a": [1, 2]}, "metadata", ("json", "msgpack.zstd"))
+    >>> check_encodable({(1, 2): "x"}, "metadata")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: metadata cannot be written as json (keys must be str, int, float, bool or None, not tuple)
+    """
+    check_nesting(value, what)
+    for fmt in dict.fromkeys(formats):
+        try:
+            dumps({"value": value}, fmt)
+        except LimitExceededError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgumentError(f"{what} cannot be written as {fmt} ({exc})") from exc

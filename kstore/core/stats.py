@@ -60,7 +60,10 @@ def file_stats(table: pa.Table, nbytes: int) -> FileStats:
             if pat.is_dictionary(t):
                 col = col.cast(t.value_type)
             mm = pc.min_max(col)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            try:
+                lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            except (OverflowError, ValueError):  # beyond Python's datetime: unknown, never prunes
+                lo = hi = None
             if isinstance(lo, (str, bytes)) and (len(lo) > _MAX_STR or len(hi) > _MAX_STR):
                 lo = hi = None
             if isinstance(lo, float) and (math.isnan(lo) or math.isnan(hi)):

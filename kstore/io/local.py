@@ -82,7 +82,7 @@ class LocalStore:
             )
         return path
 
-    def _missing(self, key: str, exc: BaseException) -> KeyNotFoundError:
+    def _missing(self, key: str) -> KeyNotFoundError:
         where = repr(self.root) if os.path.isdir(self.root) else f"{self.root!r} (the store root does not exist)"
         return KeyNotFoundError(f"key {key!r} not found in {where}")
 
@@ -258,10 +258,10 @@ class LocalStore:
         try:
             return open(self._path(key), "rb")  # noqa: SIM115 - the caller closes it
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-            raise self._missing(key, exc) from exc
+            raise self._missing(key) from exc
         except OSError as exc:
             if exc.errno == errno.ENAMETOOLONG:
-                raise self._missing(key, exc) from exc
+                raise self._missing(key) from exc
             raise
 
 

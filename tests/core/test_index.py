@@ -491,3 +491,17 @@ def test_from_table_drops_null_labels_instead_of_inventing_partitions():
 def test_from_inline_rejects_what_kartothek_never_writes(mapping):
     with pytest.raises(CorruptMetadataError, match="'n'"):
         ColumnIndex.from_inline("n", mapping, pa.int64())
+
+
+def test_lookups_over_values_python_datetimes_cannot_hold():
+    # timestamp[us] and date32 reach far beyond year 9999; a lookup must not convert them
+    far = pa.array([-(2**62), 0, 1_700_000_000_000_000, 2**62], pa.timestamp("us", "UTC"))
+    idx = ColumnIndex.build("t", far, pa.array(["a", "b", "c", "d"]))
+    lit = pd.Timestamp("2023-11-14 22:13:20", tz="UTC")
+    assert idx.lookup_labels("==", lit) == ["c"]
+    assert idx.lookup_labels(">", pd.Timestamp("2030-01-01", tz="UTC")) == ["d"]
+    assert idx.lookup_labels("<=", lit) == ["a", "b", "c"]
+    days = pa.array([-(2**31), 0, 19_000, 2**31 - 1], pa.int32()).cast(pa.date32())
+    idx = ColumnIndex.build("d", days, pa.array(["a", "b", "c", "d"]))
+    assert idx.lookup_labels(">=", dt.date(2022, 1, 8)) == ["c", "d"]  # day 19,000
+    assert idx.lookup_labels("!=", dt.date(1970, 1, 1)) == ["a", "c", "d"]

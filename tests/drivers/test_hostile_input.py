@@ -12,6 +12,7 @@ import io
 import json
 import os
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -312,6 +313,18 @@ BAD_CALLS = {
     "table='other'": (InvalidArgumentError, "table", lambda u: kstore.plan_read(u, UUID, table="other")),
     "overwrite='no'": (InvalidArgumentError, "overwrite", lambda u: kstore.store_dataset(u, UUID, frame(), overwrite="no")),
     "dry_run='no'": (InvalidArgumentError, "dry_run", lambda u: kstore.garbage_collect(u, UUID, dry_run="no")),
+    "metadata={(1, 2): x}": (InvalidArgumentError, "metadata cannot be written as json",
+                             lambda u: kstore.update_dataset(u, UUID, frame(), metadata={(1, 2): "x"})),
+    "metadata={b'k': 1}": (InvalidArgumentError, "metadata cannot be written as json",
+                           lambda u: kstore.store_dataset(u, "n", frame(), metadata={b"k": 1})),
+    "msgpack metadata 2**70": (InvalidArgumentError, "metadata cannot be written as msgpack",
+                               lambda u: kstore.store_dataset(u, "n", frame(), metadata={"big": 2**70},
+                                                              metadata_format="msgpack.zstd")),
+    "txn version 2**70": (InvalidArgumentError, "txn", lambda u: kstore.update_dataset(u, UUID, frame(), txn=("a", 2**70))),
+    "txn version True": (InvalidArgumentError, "txn", lambda u: kstore.update_dataset(u, UUID, frame(), txn=("a", True))),
+    "mode=array": (InvalidArgumentError, "mode", lambda u: kstore.update_dataset(u, UUID, frame(), mode=np.array([1, 2]))),
+    "metadata_format={}": (InvalidArgumentError, "metadata_format",
+                           lambda u: kstore.store_dataset(u, "n", frame(), metadata_format={})),
     "retention=-1s": (InvalidArgumentError, "retention",
                       lambda u: kstore.garbage_collect(u, UUID, retention=datetime.timedelta(seconds=-1))),
 }
@@ -463,3 +476,67 @@ def test_data_file_with_a_duplicated_column(store_url):
     with pytest.raises(CorruptMetadataError, match=key):
         kstore.read_dataset(store_url, UUID)
     assert snapshot(store_url) == before
+
+
+# -- the memory bomb, end to end; a store that is not there ---------------------------------------
+
+
+def test_main_metadata_file_that_decompresses_beyond_the_limit(store_url):
+    import zstandard
+
+    from kstore.core.serialize import MAX_METADATA_BYTES
+
+    new_dataset(store_url)
+    st = kstore.open_store(store_url)
+    st.delete(naming.metadata_key(UUID))
+    cobj = zstandard.ZstdCompressor(level=1, write_content_size=False).compressobj()
+    zeros = bytes(1024**2)
+    bomb = b"".join(cobj.compress(zeros) for _ in range(MAX_METADATA_BYTES // len(zeros) + 1)) + cobj.flush()
+    assert len(bomb) < 64 * 1024
+    st.put(naming.metadata_key(UUID, "msgpack.zstd"), bomb)
+    before = snapshot(store_url)
+    for call in (lambda: kstore.read_dataset(store_url, UUID), lambda: kstore.update_dataset(store_url, UUID, frame())):
+        with pytest.raises(LimitExceededError, match=f"dataset '{UUID}'.*MAX_METADATA_BYTES"):
+            call()
+    assert snapshot(store_url) == before
+
+
+def test_reading_from_a_store_that_does_not_exist_creates_nothing(tmp_path):
+    missing = tmp_path / "no" / "store"
+    for url in (str(missing), "file://" + str(missing), "file://localhost" + str(missing)):
+        with pytest.raises(kstore.errors.DatasetNotFoundError, match=str(missing)):
+            kstore.read_dataset(url, UUID)
+        with pytest.raises(kstore.errors.StoreNotFoundError, match=str(missing)):
+            list(kstore.open_store(url).iter_prefix(""))
+    assert list(tmp_path.iterdir()) == []
+    kstore.store_dataset(str(missing), UUID, frame())  # writes create the root
+    assert len(kstore.read_dataset(str(missing), UUID)) == 3
+
+
+# -- values Arrow holds but pandas' datetime64[ns] does not ---------------------------------------
+
+
+def test_timestamps_beyond_the_nanosecond_range_are_refused_before_writing(store_url):
+    new_dataset(store_url)
+    before = snapshot(store_url)
+    far = pa.table({"x": [1, 2], "t": pa.array([2**62, 0], pa.timestamp("us"))})
+    with pytest.raises(InvalidArgumentError, match="column 't'.*2262"):
+        kstore.store_dataset(store_url, "far", far)
+    assert_nothing_written_and_readable(store_url, before)
+
+
+def test_dates_beyond_2262_need_dates_as_object(store_url):
+    df = pd.DataFrame({"x": [1, 2], "d": [datetime.date(9999, 12, 31), datetime.date(2024, 1, 1)]})
+    kstore.store_dataset(store_url, "dates", df)
+    with pytest.raises(InvalidArgumentError, match="column 'd'.*dates_as_object=True"):
+        kstore.read_dataset(store_url, "dates")
+    got = kstore.read_dataset(store_url, "dates", dates_as_object=True, predicates=[[("d", ">", "2025-01-01")]])
+    assert got["d"].tolist() == [datetime.date(9999, 12, 31)]
+
+
+def test_statistics_of_values_python_cannot_hold_are_unknown():
+    from kstore.core.stats import file_stats
+
+    table = pa.table({"d": pa.array([2**31 - 1, 0], pa.int32()).cast(pa.date32()), "x": [1, 2]})
+    stats = file_stats(table, nbytes=1)
+    assert stats.columns["d"] == (None, None, 0) and stats.columns["x"] == (1, 2, 0)

@@ -116,7 +116,9 @@ PARAMS: dict[str, st.SearchStrategy] = {
     "columns": st.one_of(st.lists(NAMES, max_size=3), NAMES),
     "categoricals": st.one_of(st.lists(NAMES, max_size=2), NAMES),
     "predicates": PREDICATES,
-    "metadata": st.dictionaries(st.text(max_size=5), VALUES, max_size=3),
+    "metadata": st.dictionaries(
+        st.one_of(st.text(max_size=5), st.integers(), st.sampled_from([(1, 2), b"k", None, frozenset({1}), 1.5])),
+        st.one_of(VALUES, st.sampled_from(ODD_OBJECTS), st.integers(2**63, 2**70)), max_size=3),
     "metadata_format": st.sampled_from(["json", "msgpack.zstd", "yaml"]),
     "table_name": st.sampled_from(["table", "other", "t" * 300, "../t"]),
     "table": st.sampled_from(["table", "other", None]),
@@ -308,3 +310,45 @@ def test_reads_from_hostile_stores_create_nothing(scratch: Path, store: Any, rea
         assert list(cwd.iterdir()) == [], f"reading from {store!r:.100} created {list(cwd.iterdir())}"
     finally:
         os.chdir(old)
+
+
+# -- the command line: read-only commands with hostile terms --------------------------------------
+
+WHERE = st.one_of(
+    st.text(max_size=30),
+    st.builds(lambda c, op, v: f"{c} {op} {v}", NAMES, st.sampled_from([o for o in OPS if o]),
+              st.one_of(st.text(max_size=10), st.sampled_from(["[1, 2]", "'x'", "None", "1e999", "[" * 300, "(1,)",
+                                                               "{1: 2}", "b'x'", "2024-01-01", "-0.0", "9" * 5000]))),
+)
+
+
+@fuzz_settings(200)
+@given(command=st.sampled_from(["ls", "info", "plan", "read", "history", "gc"]),
+       where=st.lists(st.one_of(WHERE, st.just("--or")), max_size=4),
+       extra=st.lists(st.sampled_from(["--columns", "x,p", "--columns", "", "--version", "-1", "--version", "0",
+                                       "--limit", "-5", "--format", "json", "--retention-days", "nan"]), max_size=4))
+def test_cli_read_commands_with_hostile_terms(scratch: Path, command: str, where: list[str], extra: list[str]) -> None:
+    import contextlib
+    import io
+
+    from kstore.cli import main
+
+    inner, snap = _make_store("file", scratch)
+    before = snap.take()
+    argv = [command, inner.root] + ([] if command == "ls" else [UUID])
+    if command in ("plan", "read"):
+        argv += [x for w in where for x in (["--or"] if w == "--or" else ["--where", w])]
+    if command == "gc":
+        argv += ["--dry-run"]
+    argv += extra
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(argv, out=io.StringIO())
+    except SystemExit as exc:  # argparse: a usage error
+        code = exc.code
+    except Exception as exc:  # noqa: BLE001
+        raise AssertionError(f"kstore {argv!r:.300} raised {type(exc).__name__}: {exc}") from exc
+    assert code in (0, 2), (argv, code, err.getvalue()[-500:])
+    assert snap.take() == before, f"kstore {argv!r:.300} changed the store"
+    shutil.rmtree(inner.root, ignore_errors=True)

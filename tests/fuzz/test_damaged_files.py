@@ -30,7 +30,8 @@ def test_damaged_files(kind: str) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=max(600, cases),
         env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
     )
-    report = (proc.stdout + proc.stderr)[-6000:]
+    found = [line.strip() for line in proc.stderr.splitlines() if "AssertionError:" in line]
+    report = "\n".join(found[:10]) + "\n...\n" + (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, f"exit {proc.returncode} (negative: killed by a signal)\n{report}"
     ran = re.search(rf"fuzz damaged {kind}: (\d+) cases", proc.stdout)
     assert ran is not None and int(ran.group(1)) >= cases, report
