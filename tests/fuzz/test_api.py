@@ -31,7 +31,17 @@ from kstore.errors import KstoreError
 from kstore.io.local import LocalStore
 from kstore.io.memory import MemoryStore
 from kstore.io.store import CountingStore
-from tests.fuzz._harness import SENTINEL, SPECIAL_STRINGS, VALUES, _frame, _owned, _sentinel, fuzz_settings
+from tests.fuzz._harness import (
+    HOSTILE_ARRAYS,
+    SENTINEL,
+    SPECIAL_STRINGS,
+    VALUES,
+    _frame,
+    _owned,
+    _sentinel,
+    fuzz_settings,
+    hostile_array,
+)
 
 UUID = "ds"
 
@@ -102,6 +112,9 @@ DATA = st.one_of(
     frames(),
     st.builds(lambda k: [_good_frame(k), _good_frame(k + 6)], st.integers(0, 30)),
     st.builds(lambda k: pa.Table.from_pandas(_good_frame(k), preserve_index=False), st.integers(0, 30)),
+    st.builds(lambda kinds, names, n: pa.table({c: hostile_array(k, n) for c, k in zip(names, kinds)}),
+              st.lists(st.sampled_from(HOSTILE_ARRAYS), min_size=1, max_size=4),
+              st.lists(NAMES, min_size=4, max_size=4, unique=True), st.integers(0, 4)),
     HOSTILE,
 )
 TIMES = st.one_of(st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1)), st.text(max_size=30),
