@@ -31,6 +31,7 @@ from kstore.blocks.job import (
 from kstore.blocks.read import read_plan, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
+from kstore.core.arguments import as_bool, as_choice, as_timestamp, as_version
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
@@ -112,9 +113,8 @@ def store_dataset(
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
-    if metadata_format not in naming.METADATA_SUFFIXES:
-        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
-    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if overwrite else "error",
+    as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")  # None is no choice here
+    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
                         partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
                         metadata=metadata, metadata_format=metadata_format, txn=txn)
     if job.already_committed:
@@ -144,9 +144,7 @@ def update_dataset(
     commit fail with :class:`~kstore.errors.CommitConflictError`; concurrent appends elsewhere
     are merged automatically.
     """
-    if mode not in ("append", "overwrite_partitions"):
-        raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
-    job = prepare_write(open_store(store), dataset_uuid, mode=mode, partition_on=partition_on,
+    job = prepare_write(open_store(store), dataset_uuid, mode=as_choice(mode, ("append", "overwrite_partitions"), "mode"), partition_on=partition_on,
                         secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
                         metadata=metadata, txn=txn, must_exist=True)
     if job.already_committed:
@@ -156,12 +154,13 @@ def update_dataset(
 
 
 def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:
+    version = as_version(version)
     if as_of is not None:
         from kstore.blocks.history import version_as_of
 
         if version is not None:
             raise InvalidArgumentError("pass version or as_of, not both")
-        version = version_as_of(st, dataset_uuid, as_of)
+        version = version_as_of(st, dataset_uuid, as_timestamp(as_of))
     if version is None:
         return load.load_metadata(st, dataset_uuid)[0]
     return load.load_version(st, dataset_uuid, version)

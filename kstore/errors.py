@@ -11,6 +11,9 @@ at fault, e.g. ``"dataset 'sales': column 'day' is date32; cannot compare with '
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = [
     "KstoreError",
     "DatasetNotFoundError",
@@ -29,6 +32,8 @@ __all__ = [
     "VersionNotFoundError",
     "StoreError",
     "UnsafeStoreWarning",
+    "StoreNotFoundError",
+    "LimitExceededError",
 ]
 
 
@@ -38,6 +43,13 @@ class KstoreError(Exception):
 
 class StoreError(KstoreError):
     """A store could not be opened or did not behave as the store protocol requires."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """A store to read from does not exist (a local directory that is not there, a missing bucket).
+
+    Reads never create a store; writes create a local directory store's root.
+    """
 
 
 class KeyNotFoundError(KstoreError, KeyError):
@@ -93,6 +105,15 @@ class InvalidPredicateError(KstoreError, ValueError):
 PredicateError = InvalidPredicateError
 
 
+class LimitExceededError(KstoreError, ValueError):
+    """An input or a stored file is beyond one of kstore's hard limits (size, nesting, length).
+
+    The limits protect memory, the stack and the file system from hostile or damaged input;
+    each is a module constant (``kstore.core.serialize.MAX_METADATA_BYTES``, ...) listed in
+    ``docs/index.md``. The message names the dataset, column or key, the value and the limit.
+    """
+
+
 class CommitConflictError(KstoreError):
     """Another writer committed a change that conflicts with this one; nothing was committed."""
 
@@ -128,3 +149,28 @@ class UnsafeStoreWarning(UserWarning):
     such a store could both claim the same version. Use a local directory, S3 or memory
     store for concurrent writers.
     """
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxtuple = 8
+_REPR.maxdict = _REPR.maxset = _REPR.maxfrozenset = 6
+
+
+def short_repr(value: Any) -> str:
+    """``repr`` of a user value for an error message: bounded in length and nesting depth.
+
+    A 3,000-level nested list or a 1 GB string must not turn an error message into a
+    ``RecursionError`` or a huge string.
+
+    >>> short_repr([[[[["deep"]]]]])
+    '[[[[...]]]]'
+    >>> len(short_repr("x" * 10_000)) <= 80
+    True
+    """
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a hostile __repr__
+        return f"<{type(value).__name__}>"

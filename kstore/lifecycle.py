@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,9 @@ from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
 from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
-from kstore.blocks.write import write_partitions
-from kstore.core import naming
+from kstore.blocks.write import WrittenFile, write_partitions
+from kstore.core import naming, runtime
+from kstore.core.arguments import as_bool, as_columns, as_timestamp, as_version
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
@@ -60,8 +61,10 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     indexed at commit time, so the index always covers the committed partitions.
     ``txn=(app_id, version)`` makes the build idempotent, as for every write.
     """
+    if columns is None:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: build_indices needs columns to index")
+    cols = list(as_columns(columns, "columns"))
     st = open_store(store)
-    cols = [columns] if isinstance(columns, str) else list(columns)
     base, _ = load.load_latest(st, dataset_uuid)
     if base is None:
         from kstore.errors import DatasetNotFoundError
@@ -72,7 +75,11 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     if missing:
         raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: cannot index {missing}: no such column(s)")
     cols = [c for c in cols if c not in base.partition_keys]
+    naming.check_key_columns(dataset_uuid, partition_on=(), index_columns=cols)
     labels = list(base.partitions)
+    # kartothek's inline indices become files in this commit: check them before writing any
+    load.load_indices(st, base, [c for c in base.inline_indices if c not in cols and c not in base.partition_keys],
+                      schema)
     prebuilt = {
         c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
         for c in cols
@@ -108,44 +115,45 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
     if parse(predicates) is None:
         raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
     dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
-    indices = load.load_indices(st, base, [t.column for c in dnf for t in c], schema)
+    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    indices = load.load_indices(st, base, sec, schema)  # all of them: the commit updates every one
     plan = _plan(base, schema, predicates, indices=indices, stats=load.load_stats(st, base))
     expr = to_expression(dnf, read_schema(schema))
     data_cols = [c for c in schema.names if c not in base.partition_keys]
-    files, remove = [], []
-    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
-    for task in plan.tasks:
-        full = read_task(st, plan, replace(task, residual=None), list(schema.names))
-        hit = _mask(full, expr)
-        if not hit.any():
-            continue
-        remove.append(task.label)
-        keep = full.filter(pa.array(~hit))
-        if keep.num_rows:
-            keep = keep.select(list(base.partition_keys) + data_cols)
-            files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
-                                          index_columns=sec, table_name=base.table))
-    if not remove:
-        return base
-    pred_cols = [t.column for c in dnf for t in c]
-
-    def may_match(meta: DatasetMetadata) -> set[str]:
-        """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
-        if meta.version == base.version:
-            return {t.label for t in plan.tasks}
-        s = load.load_schema(st, meta)
-        idx = load.load_indices(st, meta, pred_cols, s)
-        return {t.label for t in _plan(meta, s, predicates, indices=idx, stats=load.load_stats(st, meta)).tasks}
-
-    op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
-                   partition_on=base.partition_keys, txn=_check_txn(txn),
-                   scope_labels=frozenset(t.label for t in plan.tasks))
+    files: list[WrittenFile] = []
+    remove = []
     try:
+        for task in plan.tasks:
+            full = read_task(st, plan, replace(task, residual=None), list(schema.names))
+            hit = _mask(full, expr)
+            if not hit.any():
+                continue
+            remove.append(task.label)
+            keep = full.filter(pa.array(~hit))
+            if keep.num_rows:
+                keep = keep.select(list(base.partition_keys) + data_cols)
+                files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
+                                              index_columns=sec, table_name=base.table))
+        if not remove:
+            return base
+        pred_cols = [t.column for c in dnf for t in c]
+
+        def may_match(meta: DatasetMetadata) -> set[str]:
+            """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
+            if meta.version == base.version:
+                return {t.label for t in plan.tasks}
+            s = load.load_schema(st, meta)
+            idx = load.load_indices(st, meta, pred_cols, s)
+            return {t.label for t in _plan(meta, s, predicates, indices=idx, stats=load.load_stats(st, meta)).tasks}
+
+        op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
+                       partition_on=base.partition_keys, txn=_check_txn(txn),
+                       scope_labels=frozenset(t.label for t in plan.tasks))
         meta = commit(st, dataset_uuid, op, files=files, schema=None, scope=may_match).dataset
     except CommitStateUnknownError:
         raise  # committed (or may be): its files stay
     except BaseException:
-        delete_files(st, files)
+        delete_files(st, files)  # nothing half-written
         raise
     if files and not (meta.referenced_keys() & {f.key for f in files}):
         delete_files(st, files)  # the transaction was committed before: these files are unused
@@ -179,10 +187,11 @@ def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int
 
 def resolve_version(store: StoreLike, dataset_uuid: str, *, version: int | None = None,
                     as_of: datetime | None = None) -> int | None:
+    version = as_version(version)
     if version is not None and as_of is not None:
         raise InvalidArgumentError("pass version or as_of, not both")
     if as_of is not None:
-        return version_as_of(open_store(store), dataset_uuid, as_of)
+        return version_as_of(open_store(store), dataset_uuid, as_timestamp(as_of))
     return version
 
 
@@ -206,7 +215,8 @@ def garbage_collect(
     may be gone; an acknowledged write is never lost. A retention below 7 days
     (:data:`~kstore.blocks.gc.MIN_RETENTION`) can therefore fail long writes and reads of
     old versions, and is refused unless ``enforce_retention_duration=False`` (as Delta
-    Lake's VACUUM does); ``retention=timedelta(0)`` keeps only the newest version.
+    Lake's VACUUM does); ``retention=timedelta(0)`` keeps only the newest version, and a
+    retention longer than the time since 1970 (up to ``timedelta.max``) keeps every version.
 
     Examples
     --------
@@ -222,12 +232,16 @@ def garbage_collect(
     """
     if not isinstance(retention, timedelta) or retention < timedelta(0):
         raise InvalidArgumentError(f"retention must be a non-negative timedelta, got {retention!r}")
+    dry_run = as_bool(dry_run, "dry_run")
+    enforce_retention_duration = as_bool(enforce_retention_duration, "enforce_retention_duration")
     if enforce_retention_duration and retention < MIN_RETENTION:
         raise InvalidArgumentError(
             f"dataset {dataset_uuid!r}: retention {retention} is shorter than {MIN_RETENTION.days} days; it can "
             "fail writes and reads running longer than it (no acknowledged write is lost). Pass "
             "enforce_retention_duration=False to use it on purpose"
         )
+    # nothing was committed before 1970: a longer window is the same, and `now - retention` stays a date
+    retention = min(retention, runtime.current().now() - datetime(1970, 1, 1, tzinfo=timezone.utc))
     return collect_garbage(open_store(store), dataset_uuid, retention=retention, dry_run=dry_run)
 
 
@@ -244,13 +258,15 @@ def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
 def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None = None,
                  new_uuid: str | None = None) -> DatasetMetadata:
     """Copy the current version to ``new_uuid`` and/or another store (files are copied)."""
+    naming.validate_name(dataset_uuid)
     src = open_store(source)
     dst = open_store(target) if target is not None else src
-    new_uuid = new_uuid or dataset_uuid
-    naming.validate_name(new_uuid)
+    if new_uuid is not None:
+        naming.validate_name(new_uuid)
+    new_uuid = new_uuid if new_uuid is not None else dataset_uuid
     if dst is src and new_uuid == dataset_uuid:
         raise InvalidArgumentError("copy_dataset needs another store or another uuid")
-    if load.load_latest(dst, new_uuid)[0] is not None:
+    if load.load_latest(dst, new_uuid, missing_store_ok=True)[0] is not None:
         raise DatasetExistsError(f"dataset {new_uuid!r} already exists in the target store")
     meta, fmt = load.load_latest(src, dataset_uuid)
     if meta is None:
@@ -258,26 +274,33 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     schema = load.load_schema(src, meta)
-    from kstore.blocks.write import WrittenFile
     from kstore.core.stats import FileStats, stats_by_label
 
     def moved(key: str) -> str:
         return new_uuid + key[len(dataset_uuid):]
 
+    # everything that can fail on a damaged source is loaded before the first file is copied
     old_stats = stats_by_label(load.load_stats(src, meta))
-    files = []
-    for label, tables in meta.partitions.items():
-        for table, key in tables.items():
-            dst.put(moved(key), src.get(key))
-            files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
     prebuilt = {
         col: (load.load_index(src, meta, col, schema), frozenset(meta.partitions))
         for col in list(meta.indices) + list(meta.inline_indices)
     }
-    op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
-                   table=meta.table, index_columns=tuple(prebuilt))
-    return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
-                  prebuilt_indices=prebuilt).dataset
+    files: list[WrittenFile] = []
+    try:
+        for label, tables in meta.partitions.items():
+            for table, key in tables.items():
+                data = src.get(key)
+                files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
+                dst.put(moved(key), data)
+        op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
+                       table=meta.table, index_columns=tuple(prebuilt))
+        return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
+                      prebuilt_indices=prebuilt).dataset
+    except CommitStateUnknownError:
+        raise  # committed (or may be): its files stay
+    except BaseException:
+        delete_files(dst, files)  # no half-written copy
+        raise
 
 
 def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:

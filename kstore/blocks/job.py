@@ -36,8 +36,9 @@ from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.load import Head
 from kstore.blocks.scope import resolve_scope, scope_from_files
-from kstore.blocks.write import WrittenFile, table_schema, to_arrow
-from kstore.core import naming
+from kstore.blocks.write import WrittenFile, delete_files, table_schema, to_arrow
+from kstore.core import naming, serialize
+from kstore.core.arguments import as_choice, as_columns, as_delete_scope
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -55,17 +56,6 @@ __all__ = ["WriteMode", "WriteJob", "prepare_write", "check_schema", "merge_work
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 _MODES = ("error", "overwrite", "append", "overwrite_partitions")
-
-
-def as_columns(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
-    """A column name or list of names as a tuple (clear error for anything else)."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if not all(isinstance(v, str) for v in value):
-        raise InvalidArgumentError(f"{what} must be a column name or a list of column names, got {value!r}")
-    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -123,27 +113,31 @@ def prepare_write(
     """
     naming.validate_name(dataset_uuid)
     naming.validate_name(table_name, "table name")
-    if mode not in _MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
-    if schema_mode not in ("strict", "merge"):
-        raise InvalidArgumentError(f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}")
-    if metadata_format is not None and metadata_format not in naming.METADATA_SUFFIXES:
-        raise InvalidArgumentError(f"metadata_format must be 'json' or 'msgpack.zstd', got {metadata_format!r}")
+    as_choice(mode, _MODES, "mode")
+    as_choice(schema_mode, ("strict", "merge"), "schema_mode")
+    if metadata_format is not None:
+        as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
-                                and isinstance(txn[1], int)):
+                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)
+                                and 0 <= txn[1] < 2**63):
         raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    scopes = as_delete_scope(delete_scope, dataset_uuid)
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
-    head = load.load_head(store, dataset_uuid)
+    naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
+    head = load.load_head(store, dataset_uuid, missing_store_ok=True)  # a first write creates the store
     base, base_format = head.meta, head.fmt
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
+    # the log entry is JSON, the main file JSON or msgpack: a value either cannot hold fails now
+    main_format = (metadata_format if (base is None or mode in ("error", "overwrite")) else None) or base_format
+    serialize.check_encodable(metadata, f"dataset {dataset_uuid!r}: metadata", ("json", main_format or "json"))
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
                    base_schema=None, schema_mode=schema_mode,
-                   delete_scope=tuple(delete_scope) if delete_scope is not None else None,
+                   delete_scope=scopes,
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
                    head=head)
     if job.already_committed:
@@ -193,15 +187,6 @@ def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> 
         out = s if out is None else merge_schemas(out, s, dataset=job.dataset_uuid,
                                                   allow_new_columns=job.schema_mode == "merge")
     return out
-
-
-def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
-    """Best-effort delete of written files (GC removes what is left)."""
-    for f in files:
-        try:
-            store.delete(f.key)
-        except Exception:
-            pass
 
 
 def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:

@@ -19,18 +19,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kstore.core import naming, runtime, serialize
-from kstore.core.index import ColumnIndex
+from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.runtime import parallel_map
-from kstore.core.types import storage_schema
+from kstore.core.stats import check_stats_table
+from kstore.core.types import check_dataset_schema, duplicate_names, storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
+    InvalidArgumentError,
     KeyNotFoundError,
+    LimitExceededError,
+    StoreNotFoundError,
     UnsupportedTypeError,
     VersionNotFoundError,
+    short_repr,
 )
 from kstore.io.store import Store
 
@@ -54,10 +59,29 @@ __all__ = [
 
 
 def read_parquet_bytes(data: bytes, what: str) -> pa.Table:
+    """An index or statistics file as a table. Undecodable files raise
+    :class:`CorruptMetadataError`; files whose footer declares more than
+    :data:`~kstore.core.serialize.MAX_METADATA_BYTES` of data, :class:`LimitExceededError`."""
     try:
-        return pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        size = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
+        if size > serialize.MAX_METADATA_BYTES:
+            raise LimitExceededError(
+                f"{what} holds {size} bytes of data, more than the limit of {serialize.MAX_METADATA_BYTES} "
+                "(MAX_METADATA_BYTES); refusing to read it"
+            )
+        _check_unique_names(pf.schema_arrow.names, what)
+        return pf.read()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, (LimitExceededError, CorruptMetadataError)):
+            raise
         raise CorruptMetadataError(f"{what} is not a readable Parquet file ({exc})") from exc
+
+
+def _check_unique_names(names: list[str], what: str) -> None:
+    dupes = duplicate_names(names)
+    if dupes:
+        raise CorruptMetadataError(f"{what} has duplicate columns {short_repr(dupes)}")
 
 
 def load_metadata_raw(store: Store, dataset_uuid: str) -> tuple[dict, MetadataFormat]:
@@ -174,7 +198,7 @@ class Head:
         return runtime.current().monotonic() - self.loaded_at
 
 
-def load_head(store: Store, dataset_uuid: str) -> Head:
+def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
     """The newest committed version: the main file as a hint, then one listing of the log.
 
     The main file names version ``M`` (or is missing, or lags when a writer died between
@@ -182,8 +206,19 @@ def load_head(store: Store, dataset_uuid: str) -> Head:
     found is the newest. Listing (not probing ``M+1``) stays right when garbage collection
     has removed log entries between ``M`` and the newest (FORMAT.md, commit protocol).
     Costs: 1 get of the main file (+1 for msgpack), 1 listing, +1 get when the main file lags.
+    A store that does not exist is :class:`StoreNotFoundError`, or (``missing_store_ok``,
+    for a write that will create it) an empty head.
     """
     naming.validate_name(dataset_uuid)
+    try:
+        return _load_head(store, dataset_uuid)
+    except StoreNotFoundError:
+        if not missing_store_ok:
+            raise
+        return Head(dataset_uuid, None, None, None, None, None, runtime.current().monotonic())
+
+
+def _load_head(store: Store, dataset_uuid: str) -> Head:
     for _ in range(20):
         started = runtime.current().monotonic()
         try:
@@ -221,18 +256,22 @@ def _main_format(store: Store, dataset_uuid: str) -> MetadataFormat | None:
     return None
 
 
-def load_latest(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
+def load_latest(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False,
+                ) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
     """Newest committed metadata (None when no dataset exists) and the main file's format."""
-    head = load_head(store, dataset_uuid)
+    head = load_head(store, dataset_uuid, missing_store_ok=missing_store_ok)
     return head.meta, head.fmt
 
 
 def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, MetadataFormat | None]:
     """The dataset's newest committed metadata and the main file's format.
 
-    :class:`DatasetNotFoundError` when no dataset exists.
+    :class:`DatasetNotFoundError` when no dataset exists (also when the store itself does not).
     """
-    head = load_head(store, dataset_uuid)
+    try:
+        head = load_head(store, dataset_uuid)
+    except StoreNotFoundError as exc:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist: {exc}") from exc
     if head.meta is None:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist in {store!r}")
     return head.meta, head.fmt
@@ -245,8 +284,10 @@ def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetada
 
 def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -> pa.Schema:
     """The normalized schema: from the metadata (kstore) or ``_common_metadata`` (kartothek)."""
+    if table is not None and table not in meta.tables:
+        raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
     if meta.schema is not None and (table is None or table == meta.table):
-        return meta.schema
+        return check_dataset_schema(meta.schema, meta.partition_keys, meta.uuid)
     key = naming.common_metadata_key(meta.uuid, table or meta.table)
     try:
         data = store.get(key)
@@ -254,26 +295,37 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: schema file {key!r} is missing") from exc
     try:
         schema = pq.read_schema(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema") from exc
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema ({exc})") from exc
     # plateau under pandas 3 writes large_string (etc.) here; kstore's types are the plain ones
     try:
-        return storage_schema(schema)
+        schema = storage_schema(schema)
     except UnsupportedTypeError:
-        return schema
+        pass
+    return check_dataset_schema(schema, meta.partition_keys, meta.uuid)
 
 
 def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Schema) -> ColumnIndex:
-    """One secondary index (from its file, or kartothek's inline form)."""
+    """One secondary index (from its file, or kartothek's inline form), checked against ``schema``."""
+    if schema.get_field_index(column) < 0:
+        raise CorruptMetadataError(f"dataset {meta.uuid!r} has an index of column {column!r}, which its schema lacks")
+    vtype = index_storage_type(schema.field(column).type)
     if column in meta.inline_indices:
-        return ColumnIndex.from_inline(column, dict(meta.inline_indices[column]), schema.field(column).type)
+        try:
+            return ColumnIndex.from_inline(column, dict(meta.inline_indices[column]), vtype)
+        except CorruptMetadataError as exc:
+            raise CorruptMetadataError(f"dataset {meta.uuid!r}: {exc}") from exc
     key = meta.indices[column]
+    what = f"dataset {meta.uuid!r}: index file {key!r}"
     try:
         data = store.get(key)
     except KeyNotFoundError as exc:
-        raise CorruptMetadataError(f"dataset {meta.uuid!r}: index file {key!r} of column {column!r} is missing") from exc
-    table = read_parquet_bytes(data, f"dataset {meta.uuid!r}: index file {key!r}")
-    return ColumnIndex.from_table(column, table)
+        raise CorruptMetadataError(f"{what} of column {column!r} is missing") from exc
+    table = read_parquet_bytes(data, what)
+    try:
+        return ColumnIndex.from_table(column, table, vtype)
+    except CorruptMetadataError as exc:
+        raise CorruptMetadataError(f"{what}: {exc}") from exc
 
 
 def load_indices(store: Store, meta: DatasetMetadata, columns: Iterable[str], schema: pa.Schema) -> dict[str, ColumnIndex]:
@@ -288,7 +340,8 @@ def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
         data = store.get(meta.stats_key)
     except KeyNotFoundError:
         return None
-    return read_parquet_bytes(data, f"dataset {meta.uuid!r}: statistics file {meta.stats_key!r}")
+    what = f"dataset {meta.uuid!r}: statistics file {meta.stats_key!r}"
+    return check_stats_table(read_parquet_bytes(data, what), meta.schema, what=what)
 
 
 def parquet_bytes(table: pa.Table, **options) -> bytes:

@@ -17,11 +17,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
+from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
-from kstore.errors import CorruptMetadataError, KeyNotFoundError
+from kstore.errors import CorruptMetadataError, InvalidArgumentError, KeyNotFoundError
 from kstore.io.store import Store
 
 __all__ = ["read_task", "read_plan", "to_pandas", "empty_table"]
@@ -46,7 +47,7 @@ def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: 
             if not col.type.equals(t):
                 try:
                     col = col.cast(t)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                except pa.ArrowException as exc:
                     raise CorruptMetadataError(
                         f"dataset {dataset!r}: column {name!r} in {key!r} is {col.type}, "
                         f"which does not convert to the dataset type {t}"
@@ -87,7 +88,7 @@ def read_task(
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 can_push = False
                 table = fragment.to_table(columns=present)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise CorruptMetadataError(
                 f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"
             ) from exc
@@ -138,7 +139,7 @@ def to_pandas(
     metadata (``Int64``) are restored. ``types_mapper`` is passed to ``Table.to_pandas``
     (the Dask driver maps strings to ``string[pyarrow]`` as Dask does).
     """
-    categoricals = list(categoricals or [])
+    categoricals = list(as_columns(categoricals, "categoricals"))
     missing = [c for c in categoricals if c not in table.column_names]
     if missing:
         from kstore.errors import ColumnNotFoundError
@@ -147,7 +148,13 @@ def to_pandas(
     arrays, fields = [], []
     for f, col in zip(table.schema, table.columns):
         if pat.is_date32(f.type) and not dates_as_object:
-            col = col.cast(pa.timestamp("ns"))
+            try:
+                col = col.cast(pa.timestamp("ns"))
+            except pa.ArrowInvalid as exc:
+                raise InvalidArgumentError(
+                    f"column {f.name!r} holds dates pandas' datetime64[ns] cannot hold (before 1677-09-22 or "
+                    "after 2262-04-11); read it with dates_as_object=True"
+                ) from exc
         if f.name in categoricals and not pat.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         arrays.append(col)
@@ -190,20 +197,29 @@ def index_from_store(
 
     def one(label: str) -> tuple[pa.Array, str]:
         key = meta.file_key(label)
-        with store.open(key) as fh:
-            pf = pq.ParquetFile(fh)
-            if column not in pf.schema_arrow.names:
-                return pa.array([], vtype), label
-            col = pf.read(columns=[column]).column(column)
-        if pat.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        return pc.unique(col.combine_chunks()).drop_null(), label
+        try:
+            with store.open(key) as fh:
+                pf = pq.ParquetFile(fh)
+                if column not in pf.schema_arrow.names:
+                    return pa.array([], vtype), label
+                col = pf.read(columns=[column]).column(column)
+            if pat.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            values = pc.unique(col.combine_chunks()).drop_null()
+            return (values.cast(vtype) if not values.type.equals(vtype) else values), label
+        except KeyNotFoundError as exc:
+            raise CorruptMetadataError(f"dataset {meta.uuid!r}: partition {label!r} file {key!r} is missing") from exc
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:  # KeyError: a duplicated column
+            raise CorruptMetadataError(
+                f"dataset {meta.uuid!r}: cannot index column {column!r} of {key!r}: not a readable Parquet "
+                f"file with a {vtype} column ({exc})"
+            ) from exc
 
     labels = list(labels)
     if not labels:
         return ColumnIndex.empty(column, vtype)
     parts = parallel_map(one, labels, max_workers=max_workers)
-    vals = [v.cast(vtype) if not v.type.equals(vtype) else v for v, _ in parts if len(v)]
+    vals = [v for v, _ in parts if len(v)]
     labs = [pa.array([lab] * len(v), pa.string()) for v, lab in parts if len(v)]
     if not vals:
         return ColumnIndex.empty(column, vtype)

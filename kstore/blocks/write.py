@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +21,11 @@ import pyarrow.types as pat
 
 from kstore.core import naming
 from kstore.core.index import ColumnIndex
-from kstore.core.runtime import parallel_map
+from kstore.core.runtime import pool_size
 from kstore.core.stats import FileStats, file_stats
 from kstore.core.types import (
     check_partition_type,
+    duplicate_names,
     encode_partition_value,
     normalize_schema,
     schema_pandas_metadata,
@@ -33,7 +35,9 @@ from kstore.core.types import (
 from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
+    LimitExceededError,
     UnsupportedTypeError,
+    short_repr,
 )
 from kstore.io.store import Store
 
@@ -44,6 +48,7 @@ __all__ = [
     "table_schema",
     "split_partitions",
     "write_partitions",
+    "delete_files",
     "write_index_file",
     "write_stats_file",
     "write_common_metadata",
@@ -77,27 +82,92 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
     elif isinstance(data, pd.DataFrame):
         if not all(isinstance(c, str) for c in data.columns):
             bad = [c for c in data.columns if not isinstance(c, str)]
-            raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {bad!r}")
-        try:
-            table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise UnsupportedTypeError(f"dataset {dataset!r}: cannot convert the DataFrame to Arrow: {exc}") from exc
+            raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {short_repr(bad)}")
+        _check_duplicates(list(data.columns), dataset)
+        table = _from_pandas(data, dataset)
     else:
         raise InvalidArgumentError(
             f"dataset {dataset!r}: data must be a pandas DataFrame, a pyarrow Table or RecordBatch "
             f"(or an iterable of them), got {type(data).__name__}"
         )
     names = table.column_names
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {dupes}")
+    _check_duplicates(names, dataset)
     for n in names:
         if n.startswith("__index_level_"):
             table = table.drop_columns([n])
     target = storage_schema(table.schema)
     if not target.equals(table.schema, check_metadata=False):
         table = table.cast(target)
+    for f in table.schema:
+        if pat.is_timestamp(f.type) and f.type.unit != "ns":
+            _check_ns_range(table.column(f.name), f.name, dataset)
     return table
+
+
+def _check_ns_range(col: pa.ChunkedArray, name: str, dataset: str) -> None:
+    """Readers return timestamps as ``datetime64[ns]``: refuse values that cannot become one."""
+    per_ns = {"s": 10**9, "ms": 10**6, "us": 10**3}[col.type.unit]
+    mm = pc.min_max(col.cast(pa.int64()))
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    if lo is not None and not (-(2**63) // per_ns < lo and hi < (2**63 - 1) // per_ns):
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: column {name!r} holds timestamps outside 1677-09-21 .. 2262-04-11, which "
+            "kstore reads back as datetime64[ns]"
+        )
+
+
+def _check_duplicates(names: Sequence[str], dataset: str) -> None:
+    dupes = duplicate_names(names)
+    if dupes:
+        raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {short_repr(dupes)}")
+
+
+def _from_pandas(df: Any, dataset: str) -> pa.Table:
+    """``Table.from_pandas`` with every failure (and every silent change of a value) as a
+    KstoreError naming the column."""
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError) as exc:
+        column = next((c for c in df.columns if _fails(df[c])), None)
+        where = f"dataset {dataset!r}: column {column!r}" if column is not None else f"dataset {dataset!r}"
+        if isinstance(exc, UnicodeError):
+            raise InvalidArgumentError(f"{where} holds a string that is not valid Unicode (a lone surrogate?): {exc}") from exc
+        if isinstance(exc, OverflowError):
+            raise UnsupportedTypeError(f"{where} holds an integer beyond 64 bits, which Arrow cannot store") from exc
+        raise UnsupportedTypeError(f"{where} cannot be converted to Arrow: {exc}") from exc
+    for name in df.columns:
+        if df[name].dtype == object:
+            _check_exact(df[name], table.schema.field(name).type, f"dataset {dataset!r}: column {name!r}")
+    return table
+
+
+def _fails(series: Any) -> bool:
+    try:
+        pa.Array.from_pandas(series)
+        return False
+    except Exception:
+        return True
+
+
+def _check_exact(series: Any, t: pa.DataType, where: str) -> None:
+    """Object columns Arrow converts by changing values: str in a bytes column (encoded), a
+    datetime in a date column (time of day dropped), naive and aware datetimes mixed."""
+    import datetime as dt
+
+    import pandas as pd
+
+    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_string(t) or pat.is_large_string(t):
+        if pd.api.types.infer_dtype(series, skipna=True) == "mixed":
+            kinds = {type(v).__name__ for v in series if isinstance(v, (str, bytes))}
+            if len(kinds) > 1:
+                raise InvalidArgumentError(f"{where} mixes bytes and str values; Arrow would store the str as bytes")
+    elif pat.is_date(t):
+        if any(isinstance(v, dt.datetime) and v.time() != dt.time(0) for v in series):
+            raise InvalidArgumentError(f"{where} mixes dates and datetimes with a time of day, which a date column would drop")
+    elif pat.is_timestamp(t):
+        aware = {v.tzinfo is not None for v in series if isinstance(v, dt.datetime) and v == v}
+        if len(aware) > 1:
+            raise InvalidArgumentError(f"{where} mixes datetimes with and without a time zone")
 
 
 def iter_tables(data: Any, *, dataset: str = "?") -> Iterator[pa.Table]:
@@ -198,21 +268,28 @@ def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: s
     return out
 
 
-def _write_file(
-    store: Store,
-    dataset_uuid: str,
-    table_name: str,
-    partition_on: Sequence[str],
-    values: tuple[Any, ...],
-    data: pa.Table,
-    index_columns: Sequence[str],
-    file_id: str | None,
-) -> WrittenFile:
+def _label_and_key(
+    dataset_uuid: str, table_name: str, partition_on: Sequence[str], values: tuple[Any, ...], file_id: str | None,
+) -> tuple[str, str]:
     label = naming.build_label(
         [(c, encode_partition_value(v)) for c, v in zip(partition_on, values)],
         file_id or naming.new_file_id(),
     )
-    key = naming.data_key(dataset_uuid, table_name, label)
+    try:
+        return label, naming.data_key(dataset_uuid, table_name, label)
+    except LimitExceededError as exc:
+        raise LimitExceededError(f"dataset {dataset_uuid!r}: partition {dict(zip(partition_on, values))}: {exc}") from exc
+
+
+def _write_file(
+    store: Store,
+    label: str,
+    key: str,
+    table_name: str,
+    partition_on: Sequence[str],
+    data: pa.Table,
+    index_columns: Sequence[str],
+) -> WrittenFile:
     sink = io.BytesIO()
     # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
     file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
@@ -247,13 +324,39 @@ def write_partitions(
     one :class:`WrittenFile` per file; nothing is committed here.
     """
     groups = split_partitions(table, partition_on, dataset=dataset_uuid)
-    groups = [(v, t) for v, t in groups if t.num_rows > 0]
+    # every key first: a partition value that cannot be a key fails before any file is written
+    named = [(_label_and_key(dataset_uuid, table_name, partition_on, v, file_id), t) for v, t in groups if t.num_rows > 0]
 
-    def work(item: tuple[tuple[Any, ...], pa.Table]) -> WrittenFile:
-        values, data = item
-        return _write_file(store, dataset_uuid, table_name, partition_on, values, data, index_columns, file_id)
+    def work(item: tuple[tuple[str, str], pa.Table]) -> WrittenFile:
+        (label, key), data = item
+        return _write_file(store, label, key, table_name, partition_on, data, index_columns)
 
-    return parallel_map(work, groups, max_workers=max_workers)
+    written: list[WrittenFile] = []
+    try:
+        threads = pool_size(len(named), max_workers)
+        if threads <= 1:
+            for item in named:
+                written.append(work(item))
+            return written
+        with ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(work, item) for item in named]
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        written = [f.result() for f in futures if f.exception() is None]
+        if failed:
+            raise failed[0]
+        return written
+    except BaseException:
+        delete_files(store, written)  # a failed call leaves no file behind
+        raise
+
+
+def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
+    """Best-effort delete of written files (GC removes what is left)."""
+    for f in files:
+        try:
+            store.delete(f.key)
+        except Exception:
+            pass
 
 
 def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:

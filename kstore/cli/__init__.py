@@ -65,6 +65,18 @@ def parse_where(terms: list[str]) -> list[list[tuple]] | None:
     return [c for c in dnf if c]
 
 
+def _retention_days(text: str) -> timedelta:
+    try:
+        days = float(text)
+        if not days >= 0:
+            raise ValueError(text)
+        return timedelta(days=days)
+    except (ValueError, OverflowError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of days between 0 and {timedelta.max.days}"
+        ) from exc
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstore", description="Inspect, query and maintain kstore datasets.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -89,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--format", choices=["table", "csv", "json"], default="table")
     add("history", "committed versions")
     sp = add("gc", "garbage collect unreferenced files")
-    sp.add_argument("--retention-days", type=float, default=7.0)
+    sp.add_argument("--retention-days", type=_retention_days, default=timedelta(days=7),
+                    help="keep versions younger than this many days (>= 0, fractions allowed)")
     sp.add_argument("--dry-run", action="store_true")
     sp.add_argument("--allow-short-retention", action="store_true",
                     help="allow a retention below 7 days (can fail long-running writes and reads)")
@@ -146,8 +159,8 @@ def _run(args: argparse.Namespace, out) -> int:
                   f"partitions, {h.rows_added} rows  ({h.writer})", file=out)
         return 0
     if args.command == "gc":
-        res = kstore.garbage_collect(args.store, args.dataset, retention=timedelta(days=args.retention_days),
-                                     dry_run=args.dry_run, enforce_retention_duration=not args.allow_short_retention)
+        res = kstore.garbage_collect(args.store, args.dataset, retention=args.retention_days, dry_run=args.dry_run,
+                                     enforce_retention_duration=not args.allow_short_retention)
         verb = "would delete" if res.dry_run else "deleted"
         print(f"{verb} {len(res.deleted_files)} files, expired versions {list(res.expired_versions)}, "
               f"retained {list(res.retained_versions)}", file=out)

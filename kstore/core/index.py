@@ -31,7 +31,14 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from kstore.core.types import normalize_type
-from kstore.errors import CorruptMetadataError
+from kstore.errors import CorruptMetadataError, UnsupportedTypeError, short_repr
+
+
+def _normalizes_to(t: pa.DataType, target: pa.DataType) -> bool:
+    try:
+        return index_storage_type(t).equals(target)
+    except UnsupportedTypeError:
+        return False
 
 
 def _int_range(t: pa.DataType) -> tuple[int, int]:
@@ -94,6 +101,8 @@ class ColumnIndex:
             values = pc.add(values, pa.scalar(0.0, vtype))  # -0.0 -> 0.0 (IEEE equal)
         labels = labels.cast(pa.string())
         keep = pc.is_valid(values)
+        if labels.null_count:
+            keep = pc.and_(keep, pc.is_valid(labels))
         table = pa.table({"v": values, "l": labels}).filter(keep)
         if table.num_rows == 0:
             return cls.empty(column, vtype)
@@ -133,8 +142,13 @@ class ColumnIndex:
                    np.zeros(0, np.int32), pa.array([], type=pa.string()))
 
     @classmethod
-    def from_table(cls, column: str, table: pa.Table) -> ColumnIndex:
-        """Read the on-disk form (value column + ``partition: list<string>``)."""
+    def from_table(cls, column: str, table: pa.Table, vtype: pa.DataType | None = None) -> ColumnIndex:
+        """Read the on-disk form (value column + ``partition: list<string>``).
+
+        ``vtype`` is the column's normalized type (:func:`index_storage_type` of the schema
+        type): values of another type (one that does not normalize to it) make the file
+        corrupt, as do labels that are not strings. Null labels are dropped.
+        """
         if column not in table.column_names or "partition" not in table.column_names:
             raise CorruptMetadataError(
                 f"index of column {column!r} has columns {table.column_names}; expected "
@@ -142,11 +156,24 @@ class ColumnIndex:
             )
         vals = table.column(column).combine_chunks()
         parts = table.column("partition").combine_chunks()
-        if not (pat.is_list(parts.type) or pat.is_large_list(parts.type)):
-            raise CorruptMetadataError(f"index of column {column!r}: 'partition' is {parts.type}")
+        if not (pat.is_list(parts.type) or pat.is_large_list(parts.type)) or not (
+            pat.is_string(parts.type.value_type) or pat.is_large_string(parts.type.value_type)
+            or pat.is_null(parts.type.value_type)
+        ):
+            raise CorruptMetadataError(
+                f"index of column {column!r}: 'partition' is {parts.type}, not a list of partition labels"
+            )
+        if vtype is not None and not vals.type.equals(vtype):
+            if len(vals) == 0:
+                return cls.empty(column, vtype)
+            if not _normalizes_to(vals.type, vtype):
+                raise CorruptMetadataError(
+                    f"index of column {column!r} holds {vals.type} values; the column is {vtype}"
+                )
         n = len(vals)
+        flat = pc.list_flatten(parts)
         canonical = (
-            n > 0 and vals.null_count == 0 and parts.null_count == 0
+            n > 0 and vals.null_count == 0 and parts.null_count == 0 and flat.null_count == 0
             and index_storage_type(vals.type).equals(vals.type) and not pat.is_floating(vals.type)
             and (n == 1 or pc.all(pc.greater(vals.slice(1), vals.slice(0, n - 1))).as_py())
         )
@@ -154,13 +181,11 @@ class ColumnIndex:
             # already in canonical form (sorted, unique): take it as it is, no rebuild
             offsets = np.asarray(parts.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
             offsets = offsets - offsets[0]
-            flat = pc.list_flatten(parts)
             enc = flat.cast(pa.string()).dictionary_encode()
             if np.all(np.diff(offsets) > 0):
                 return cls(column, vals, offsets, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32),
                            enc.dictionary)
         lengths = pc.list_value_length(parts).fill_null(0).to_numpy(zero_copy_only=False)
-        flat = pc.list_flatten(parts)
         return cls.build(column, vals.take(pa.array(np.repeat(np.arange(len(vals)), lengths))), flat)
 
     @classmethod
@@ -170,11 +195,22 @@ class ColumnIndex:
 
         vals, labels = [], []
         for raw, ls in mapping.items():
+            if not isinstance(ls, (list, tuple)) or not all(isinstance(label, str) for label in ls):
+                raise CorruptMetadataError(
+                    f"inline index of column {column!r}: value {short_repr(raw)} maps to {short_repr(ls)}, "
+                    "not a list of partition labels"
+                )
             v = decode_partition_value(str(raw), vtype, column) if isinstance(raw, str) and not pat.is_string(vtype) else raw
             for label in ls:
                 vals.append(v)
                 labels.append(label)
-        return cls.build(column, pa.array(vals, type=vtype), pa.array(labels, type=pa.string()))
+        try:
+            values = pa.array(vals, type=vtype)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise CorruptMetadataError(
+                f"inline index of column {column!r}: its values do not fit the column type {vtype} ({exc})"
+            ) from exc
+        return cls.build(column, values, pa.array(labels, type=pa.string()))
 
     def to_table(self) -> pa.Table:
         """The on-disk form: one row per value, ``partition`` lists its labels."""
@@ -246,6 +282,12 @@ class ColumnIndex:
         lo, hi = 0, self._n_real
         key = self._key(value)
         arr = self.values
+        t = arr.type
+        if pat.is_timestamp(t) or pat.is_date32(t):
+            # compare as integers: values may lie far beyond what Python's datetime can hold
+            ints = arr.slice(0, hi).cast(pa.int64() if pat.is_timestamp(t) else pa.int32())
+            k = pa.scalar(key, t).cast(ints.type).as_py()
+            return int(np.searchsorted(ints.to_numpy(zero_copy_only=False), k, side="right" if right else "left"))
         while lo < hi:
             mid = (lo + hi) // 2
             v = arr[mid].as_py()

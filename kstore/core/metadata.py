@@ -30,8 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from kstore.core import naming
-from kstore.errors import CorruptMetadataError
+from kstore.core import naming, serialize
+from kstore.errors import CorruptMetadataError, LimitExceededError
 
 __all__ = ["DatasetMetadata", "FORMAT_VERSION", "KSTORE_FORMAT"]
 
@@ -211,7 +211,7 @@ class DatasetMetadata:
         """Parse and validate an on-disk dict; any violation is a CorruptMetadataError."""
         try:
             return cls._from_dict(raw, expected_uuid)
-        except CorruptMetadataError:
+        except (CorruptMetadataError, LimitExceededError):
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             what = expected_uuid or (raw.get("dataset_uuid") if isinstance(raw, Mapping) else None)
@@ -235,6 +235,10 @@ class DatasetMetadata:
                 f"dataset {expected_uuid!r}: metadata names dataset_uuid {uuid!r}"
             )
         naming.validate_name(uuid)
+        known = {"dataset_metadata_version", "dataset_uuid", "metadata", "partitions",
+                 "partition_keys", "indices", "kstore"}
+        for name in ("metadata", *(k for k in raw if k not in known)):
+            serialize.check_nesting(raw.get(name), f"dataset {uuid!r}: {name!r}")
         raw_keys = raw.get("partition_keys") or ()
         if not isinstance(raw_keys, (list, tuple)):
             raise CorruptMetadataError(f"dataset {uuid!r}: partition_keys must be a list, got {raw_keys!r}")
@@ -280,8 +284,6 @@ class DatasetMetadata:
         cutoff = ext.get("orphan_cutoff_ms")
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)):
             raise CorruptMetadataError(f"dataset {uuid!r}: orphan_cutoff_ms must be an int, got {cutoff!r}")
-        known = {"dataset_metadata_version", "dataset_uuid", "metadata", "partitions",
-                 "partition_keys", "indices", "kstore"}
         return cls(
             uuid=uuid,
             partitions=_freeze(partitions),

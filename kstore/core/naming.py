@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from kstore.core import runtime
-from kstore.errors import CorruptMetadataError, InvalidKeyError
+from kstore.errors import CorruptMetadataError, InvalidKeyError, LimitExceededError, short_repr
 
 MetadataFormat = Literal["json", "msgpack.zstd"]
 
@@ -48,8 +48,34 @@ INDICES_DIR = "indices"
 KSTORE_DIR = "_kstore"
 DEFAULT_TABLE = "table"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9_+\-.]*$")
-_FILE_ID_RE = re.compile(r"^[A-Za-z0-9_+\-.]+$")
+#: A key component kstore builds (dataset uuid plus metadata suffix, table name, quoted
+#: ``<column>=<value>``, quoted index column, file name) is at most 255 bytes: the file
+#: name limit of local file systems (NAME_MAX), applied on every store alike.
+MAX_NAME_BYTES = 255
+#: A key kstore builds is at most 1024 bytes (S3's limit; file systems allow 4096).
+MAX_KEY_BYTES = 1024
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_+\-][A-Za-z0-9_+\-.]*")
+_FILE_ID_RE = re.compile(r"[A-Za-z0-9_+\-.]+")
+
+
+def _check_component(component: str, what: str) -> str:
+    size = len(component.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise LimitExceededError(
+            f"{what} makes the key component {short_repr(component)} {size} bytes long; the limit "
+            f"is {MAX_NAME_BYTES} (MAX_NAME_BYTES, the longest file name file systems allow)"
+        )
+    return component
+
+
+def _check_key(key: str, what: str) -> str:
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise LimitExceededError(
+            f"{what}: key {short_repr(key)} is {size} bytes long; the limit is {MAX_KEY_BYTES} (MAX_KEY_BYTES)"
+        )
+    return key
 
 
 def quote(value: str) -> str:
@@ -75,13 +101,13 @@ def validate_name(name: object, what: str = "dataset uuid") -> str:
     ...
     kstore.errors.InvalidKeyError: invalid dataset uuid '../etc': use letters, digits and _ + - . (not first), no '/'
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
         raise InvalidKeyError(
-            f"invalid {what} {name!r}: use letters, digits and _ + - . (not first), no '/'"
+            f"invalid {what} {short_repr(name)}: use letters, digits and _ + - . (not first), no '/'"
         )
     if METADATA_MARKER in name:
         raise InvalidKeyError(f"invalid {what} {name!r}: must not contain {METADATA_MARKER!r}")
-    return name
+    return _check_component(name, f"{what} {short_repr(name)}")
 
 
 def validate_key(key: object) -> str:
@@ -119,9 +145,10 @@ def validate_dataset_key(dataset_uuid: str, key: str) -> str:
 
 def metadata_key(dataset_uuid: str, fmt: MetadataFormat = "json") -> str:
     """The main metadata file of a dataset."""
-    if fmt not in METADATA_SUFFIXES:
+    if not isinstance(fmt, str) or fmt not in METADATA_SUFFIXES:
         raise InvalidKeyError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
-    return validate_name(dataset_uuid) + METADATA_SUFFIXES[fmt]
+    key = validate_name(dataset_uuid) + METADATA_SUFFIXES[fmt]
+    return _check_component(key, f"dataset uuid {short_repr(dataset_uuid)}")
 
 
 def dataset_uuid_from_metadata_key(key: str) -> str | None:
@@ -147,7 +174,9 @@ def table_prefix(dataset_uuid: str, table: str = DEFAULT_TABLE) -> str:
 
 def data_key(dataset_uuid: str, table: str, label: str) -> str:
     """Storage key of a partition's file: ``<uuid>/<table>/<label>.parquet``."""
-    return validate_key(table_prefix(dataset_uuid, table) + label + DATA_SUFFIX)
+    key = validate_key(table_prefix(dataset_uuid, table) + label + DATA_SUFFIX)
+    _check_component(key.rsplit("/", 1)[1], f"dataset {dataset_uuid!r}: file id {short_repr(label.rsplit('/', 1)[-1])}")
+    return _check_key(key, f"dataset {dataset_uuid!r}")
 
 
 def label_from_data_key(dataset_uuid: str, table: str, key: str) -> str | None:
@@ -167,7 +196,9 @@ def index_timestamp(now: datetime | None = None) -> str:
 def index_key(dataset_uuid: str, column: str, timestamp: str | None = None) -> str:
     """Storage key of a secondary index file; a fresh timestamp makes each write a new key."""
     ts = timestamp or index_timestamp()
-    return f"{dataset_prefix(dataset_uuid)}{INDICES_DIR}/{quote(column)}/{quote(ts)}{INDEX_SUFFIX}"
+    col = _check_component(quote(column), f"dataset {dataset_uuid!r}: index column {short_repr(column)}")
+    key = f"{dataset_prefix(dataset_uuid)}{INDICES_DIR}/{col}/{quote(ts)}{INDEX_SUFFIX}"
+    return _check_key(key, f"dataset {dataset_uuid!r}")
 
 
 def log_prefix(dataset_uuid: str) -> str:
@@ -185,7 +216,7 @@ def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
     prefix = log_prefix(dataset_uuid)
     if key.startswith(prefix) and key.endswith(".json"):
         stem = key[len(prefix) : -len(".json")]
-        if stem.isdigit():
+        if stem.isascii() and stem.isdigit():
             return int(stem)
     return None
 
@@ -226,11 +257,24 @@ def file_id_ms(key: str) -> int | None:
 
 def build_label(partition_values: Sequence[tuple[str, str]], file_id: str) -> str:
     """Partition label ``<col>=<quoted val>/.../<file_id>`` from already-stringified values."""
-    if not _FILE_ID_RE.match(file_id) or file_id in (".", ".."):
-        raise InvalidKeyError(f"invalid partition file id {file_id!r}")
-    parts = [f"{quote(col)}={quote(val)}" for col, val in partition_values]
-    parts.append(file_id)
+    if not isinstance(file_id, str) or not _FILE_ID_RE.fullmatch(file_id) or file_id in (".", ".."):
+        raise InvalidKeyError(f"invalid partition file id {short_repr(file_id)}")
+    parts = [
+        _check_component(f"{quote(col)}={quote(val)}",
+                         f"partition value {short_repr(val)} of column {short_repr(col)}")
+        for col, val in partition_values
+    ]
+    parts.append(_check_component(file_id + DATA_SUFFIX, f"file id {short_repr(file_id)}")[: -len(DATA_SUFFIX)])
     return "/".join(parts)
+
+
+def check_key_columns(dataset_uuid: str, *, partition_on: Sequence[str], index_columns: Sequence[str]) -> None:
+    """Raise :class:`~kstore.errors.LimitExceededError` (before a write) when a partition or
+    index column's quoted name cannot stand in a key component (:data:`MAX_NAME_BYTES`)."""
+    for col in partition_on:
+        _check_component(f"{quote(col)}=", f"dataset {dataset_uuid!r}: partition column {short_repr(col)}")
+    for col in index_columns:
+        index_key(dataset_uuid, col, "0000-00-00T00:00:00.000000")
 
 
 def parse_label(label: str, partition_keys: Sequence[str]) -> tuple[tuple[str, ...], str]:

@@ -33,12 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.core import naming
+from kstore.core.arguments import as_column_list
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression
 from kstore.core.stats import prune_mask
-from kstore.core.types import decode_partition_value
-from kstore.errors import ColumnNotFoundError, CorruptMetadataError
+from kstore.core.types import check_dataset_schema, decode_partition_value
+from kstore.errors import ColumnNotFoundError, CorruptMetadataError, InvalidArgumentError, short_repr
 
 __all__ = ["ReadTask", "ReadPlan", "plan_read", "partition_value_arrays", "label_values"]
 
@@ -153,18 +154,17 @@ def plan_read(
     store_calls: Mapping[str, int] | None = None,
 ) -> ReadPlan:
     """Plan a read (pure). See the module docstring."""
+    if table is not None and table not in meta.tables:
+        raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
     table = table or meta.table
+    columns = as_column_list(columns)
     if columns is not None:
         missing = [c for c in columns if schema.get_field_index(c) < 0]
         if missing:
             raise ColumnNotFoundError(
                 f"dataset {meta.uuid!r}: columns {missing} do not exist (columns: {', '.join(schema.names)})"
             )
-    missing_keys = [c for c in meta.partition_keys if schema.get_field_index(c) < 0]
-    if missing_keys:
-        raise CorruptMetadataError(
-            f"dataset {meta.uuid!r}: partition column(s) {missing_keys} are missing from the schema"
-        )
+    check_dataset_schema(schema, meta.partition_keys, meta.uuid)
     dnf = bind(parse(predicates), schema, dataset=meta.uuid)
     labels = list(meta.partitions)
     n = len(labels)
@@ -175,7 +175,7 @@ def plan_read(
     labels_arr = pa.array(labels, pa.string())
     idx_maps: dict[str, np.ndarray] = {}
     stats_rows: np.ndarray | None = None
-    if stats is not None and n:
+    if stats is not None and n and stats.num_rows:
         pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
         stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
 

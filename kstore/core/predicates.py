@@ -14,12 +14,20 @@ Term(column='day', op='==', value=datetime.date(2024, 1, 2))
 Traceback (most recent call last):
 ...
 kstore.errors.InvalidPredicateError: dataset 'd': column 'n' is int64; cannot compare with 'x' (str)
+
+Limits (checked by :func:`parse`, before any work; :class:`~kstore.errors.LimitExceededError`):
+a predicate has at most :data:`MAX_PREDICATE_TERMS` (1024) terms over all its conjunctions
+and at most :data:`MAX_PREDICATE_VALUES` (10,000,000) literals in its ``in`` lists. Its
+nesting is fixed: a list of conjunctions, each a list of ``(column, op, value)`` tuples,
+values are scalars (``in`` takes one flat list of them); anything deeper is an
+:class:`~kstore.errors.InvalidPredicateError`. Arrow expressions are built as balanced trees.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +36,17 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from kstore.core.types import coerce_literal
-from kstore.errors import ColumnNotFoundError, InvalidPredicateError
+from kstore.errors import ColumnNotFoundError, InvalidPredicateError, LimitExceededError, short_repr
 
-__all__ = ["Term", "DNF", "parse", "bind", "to_expression", "columns_of", "OPS"]
+__all__ = ["Term", "DNF", "parse", "bind", "to_expression", "columns_of", "OPS", "MAX_PREDICATE_TERMS",
+           "MAX_PREDICATE_VALUES"]
+
+#: A predicate has at most this many terms over all its conjunctions. Arrow's expression
+#: simplifier recurses over flattened AND/OR chains and crashes the interpreter (SIGSEGV) at
+#: several thousand members, and its cost grows faster than linearly well before that.
+MAX_PREDICATE_TERMS = 1024
+#: The ``in`` / ``not in`` lists of a predicate hold at most this many values in all.
+MAX_PREDICATE_VALUES = 10_000_000
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null")
 _ALIASES = {"=": "==", "<>": "!=", "not_in": "not in", "is_null": "is null",
@@ -51,41 +67,75 @@ class Term:
 DNF = tuple[tuple[Term, ...], ...]
 
 
-def _parse_term(raw: Any) -> Term:
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray))
+
+
+def _literal(column: str, value: Any, where: str) -> Any:
+    if _is_container(value):
+        raise InvalidPredicateError(
+            f"predicate on column {column!r}: {where} {short_repr(value)} is a {type(value).__name__}; "
+            "compare with one value ('in' takes one flat list of values)"
+        )
+    return value
+
+
+def _in_values(column: str, op: str, value: Any, budget: int) -> tuple[Any, ...]:
+    """The values of an ``in`` list, never materializing more than ``budget`` of them."""
+    if not _is_container(value):
+        raise InvalidPredicateError(
+            f"predicate on column {column!r}: {op!r} needs a list of values, got {short_repr(value)}"
+        )
+    if isinstance(value, Sized) and len(value) > budget:
+        values: tuple[Any, ...] = ()
+    else:
+        values = tuple(itertools.islice(value, budget + 1))
+    if isinstance(value, Sized) and len(value) > budget or len(values) > budget:
+        raise LimitExceededError(
+            f"predicate on column {column!r}: the 'in' lists hold more than {MAX_PREDICATE_VALUES} values "
+            "(MAX_PREDICATE_VALUES)"
+        )
+    return tuple(_literal(column, v, f"{op!r} value") for v in values)
+
+
+def _parse_term(raw: Any, budget: int) -> Term:
     if isinstance(raw, Term):
         return raw
     if not isinstance(raw, (tuple, list)) or len(raw) not in (2, 3):
         raise InvalidPredicateError(
-            f"predicate term {raw!r} must be (column, op, value) or (column, 'is null')"
+            f"predicate term {short_repr(raw)} must be (column, op, value) or (column, 'is null')"
         )
     column, op = raw[0], raw[1]
     value = raw[2] if len(raw) == 3 else None
     if not isinstance(column, str):
-        raise InvalidPredicateError(f"predicate term {raw!r}: the column must be a string")
+        raise InvalidPredicateError(f"predicate term {short_repr(raw)}: the column must be a string")
     if not isinstance(op, str):
-        raise InvalidPredicateError(f"predicate term {raw!r}: the operator must be a string")
+        raise InvalidPredicateError(f"predicate term {short_repr(raw)}: the operator must be a string")
     op = _ALIASES.get(op.strip().lower(), op.strip().lower())
     if op not in OPS:
         raise InvalidPredicateError(
-            f"predicate on column {column!r}: unknown operator {raw[1]!r}; use one of {', '.join(OPS)}"
+            f"predicate on column {column!r}: unknown operator {short_repr(raw[1])}; use one of {', '.join(OPS)}"
         )
     if op in ("in", "not in"):
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise InvalidPredicateError(
-                f"predicate on column {column!r}: {op!r} needs a list of values, got {value!r}"
-            )
-        value = tuple(value)
+        value = _in_values(column, op, value, budget)
     elif op in ("is null", "is not null"):
         value = None
     elif value is None:
         raise InvalidPredicateError(
             f"predicate on column {column!r}: cannot compare with None; use 'is null'"
         )
+    else:
+        value = _literal(column, value, "value")
     return Term(column, op, value)
 
 
 def parse(predicates: Any) -> DNF | None:
-    """Validate the shape of a DNF predicate; ``None`` or ``[]`` means no filter."""
+    """Validate the shape of a DNF predicate; ``None`` or ``[]`` means no filter.
+
+    Raises :class:`~kstore.errors.InvalidPredicateError` for a malformed predicate and
+    :class:`~kstore.errors.LimitExceededError` beyond :data:`MAX_PREDICATE_TERMS` terms or
+    :data:`MAX_PREDICATE_VALUES` ``in`` values.
+    """
     if predicates is None:
         return None
     if not isinstance(predicates, (list, tuple)):
@@ -97,12 +147,26 @@ def parse(predicates: Any) -> DNF | None:
     if all(isinstance(p, (tuple, list)) and len(p) in (2, 3) and isinstance(p[0], str) for p in predicates):
         predicates = [predicates]  # a flat conjunction
     out = []
+    terms = 0
+    budget = MAX_PREDICATE_VALUES
     for conj in predicates:
         if not isinstance(conj, (list, tuple)) or not conj:
             raise InvalidPredicateError(
-                f"each conjunction must be a non-empty list of (column, op, value) tuples, got {conj!r}"
+                f"each conjunction must be a non-empty list of (column, op, value) tuples, got {short_repr(conj)}"
             )
-        out.append(tuple(_parse_term(t) for t in conj))
+        terms += len(conj)
+        if terms > MAX_PREDICATE_TERMS:
+            raise LimitExceededError(
+                f"the predicate has more than {MAX_PREDICATE_TERMS} (MAX_PREDICATE_TERMS) terms; "
+                "combine values of one column into an 'in' list"
+            )
+        parsed = []
+        for raw in conj:
+            term = _parse_term(raw, budget)
+            if term.op in ("in", "not in"):
+                budget -= len(term.value)
+            parsed.append(term)
+        out.append(tuple(parsed))
     return tuple(out)
 
 
@@ -201,7 +265,7 @@ def _decimal(value: Any, t: pa.DataType, column: str, dataset: str | None) -> An
     except (InvalidOperation, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
         prefix = f"dataset {dataset!r}: " if dataset else ""
         raise InvalidPredicateError(
-            f"{prefix}column {column!r} is {t}; cannot compare with {value!r} exactly"
+            f"{prefix}column {column!r} is {t}; cannot compare with {short_repr(value)} exactly"
         ) from exc
 
 
@@ -250,20 +314,20 @@ def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
     }[op]
 
 
+def _balanced(exprs: list[pc.Expression], combine: Any) -> pc.Expression:
+    """``e0 op e1 op ...`` as a balanced tree (depth log2(n), not n)."""
+    while len(exprs) > 1:
+        exprs = [combine(exprs[i], exprs[i + 1]) if i + 1 < len(exprs) else exprs[i] for i in range(0, len(exprs), 2)]
+    return exprs[0]
+
+
 def to_expression(conjunctions: Sequence[Sequence[Term]], schema: pa.Schema) -> pc.Expression | None:
     """OR of ANDs as one Arrow expression (None when there is nothing to filter)."""
     ors = []
     for conj in conjunctions:
         if not conj:
             return None  # an empty conjunction is always true
-        expr = None
-        for term in conj:
-            e = term_expression(term, schema.field(term.column).type)
-            expr = e if expr is None else expr & e
-        ors.append(expr)
+        ors.append(_balanced([term_expression(t, schema.field(t.column).type) for t in conj], lambda a, b: a & b))
     if not ors:
         return pc.scalar(False)
-    out = ors[0]
-    for e in ors[1:]:
-        out = out | e
-    return out
+    return _balanced(ors, lambda a, b: a | b)

@@ -1,5 +1,15 @@
 """Metadata dicts <-> bytes: JSON, and msgpack in a zstd frame (content size in the header).
 
+Hard limits (hostile or damaged files fail with :class:`~kstore.errors.LimitExceededError`
+before the work, never with a ``MemoryError`` or ``RecursionError``):
+
+- :data:`MAX_METADATA_BYTES`: a metadata file (JSON, or msgpack after decompression) holds
+  at most 256 MiB. A zstd frame that declares more is refused on its header; a frame without
+  a size is decompressed in steps and abandoned as soon as the output passes the limit.
+- :data:`MAX_METADATA_DEPTH`: user metadata and top-level keys kstore does not know nest at
+  most 32 levels of dicts/lists (checked by :func:`check_nesting`); a file nested beyond what
+  the parser follows is refused while parsing.
+
 >>> raw = {"dataset_metadata_version": 4, "dataset_uuid": "x"}
 >>> loads(dumps(raw, "msgpack.zstd"), "msgpack.zstd") == raw
 True
@@ -12,27 +22,61 @@ kstore.errors.CorruptMetadataError: dataset 'x': metadata is not valid json (JSO
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
 import zstandard
 
 from kstore.core.naming import MetadataFormat
-from kstore.errors import CorruptMetadataError, InvalidArgumentError
+from kstore.errors import CorruptMetadataError, InvalidArgumentError, LimitExceededError
 
-__all__ = ["dumps", "loads", "MAX_METADATA_BYTES"]
+__all__ = ["dumps", "loads", "check_nesting", "check_encodable", "MAX_METADATA_BYTES", "MAX_METADATA_DEPTH"]
 
-#: Refuse to decompress metadata beyond this size (a corrupt or hostile frame).
-MAX_METADATA_BYTES = 2 * 1024**3
+#: A metadata file (JSON bytes, or msgpack after zstd decompression) is at most this large:
+#: 256 MiB, room for about a million partitions. Larger ones are refused as hostile.
+MAX_METADATA_BYTES = 256 * 1024**2
+
+#: User metadata and unknown top-level keys of a metadata file nest at most this many
+#: levels of dicts and lists (the recursive code that copies and writes them stays safe).
+MAX_METADATA_DEPTH = 32
+
+#: Compressed bytes fed to the decompressor per step. zstd expands a block at most to
+#: 128 KiB from 3 bytes, so one step emits at most ~43 MiB: the size limit is checked
+#: after every step, long before a bomb's output fills memory.
+_ZSTD_STEP = 1024
+
+
+def _too_large(what: str, size: str) -> LimitExceededError:
+    return LimitExceededError(
+        f"{what}: metadata is larger than the limit of {MAX_METADATA_BYTES} bytes "
+        f"(MAX_METADATA_BYTES; {size}); refusing to read it"
+    )
+
+
+def _too_deep(what: str) -> LimitExceededError:
+    return LimitExceededError(
+        f"{what}: metadata nests dicts/lists deeper than kstore follows "
+        f"(user metadata may nest {MAX_METADATA_DEPTH} levels, MAX_METADATA_DEPTH)"
+    )
 
 
 def dumps(raw: dict[str, Any], fmt: MetadataFormat = "json") -> bytes:
     """Encode a metadata dict in ``fmt``."""
-    if fmt == "json":
-        return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
-    if fmt == "msgpack.zstd":
-        packed = msgpack.packb(raw, use_bin_type=True, default=_msgpack_default)
-        return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(packed)
+    if not isinstance(fmt, str):
+        raise InvalidArgumentError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
+    try:
+        if fmt == "json":
+            return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
+        if fmt == "msgpack.zstd":
+            packed = msgpack.packb(raw, use_bin_type=True, default=_msgpack_default)
+            return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(packed)
+    except RecursionError as exc:
+        raise _too_deep("cannot write metadata") from exc
+    except ValueError as exc:
+        if "recursion limit" in str(exc):  # msgpack's own nesting limit
+            raise _too_deep("cannot write metadata") from exc
+        raise
     raise InvalidArgumentError(f"unknown metadata format {fmt!r}; use 'json' or 'msgpack.zstd'")
 
 
@@ -42,23 +86,101 @@ def _msgpack_default(obj: Any) -> Any:
     return str(obj)
 
 
+def _unzstd(data: bytes, what: str) -> bytes:
+    """Decompress every zstd frame in ``data``, never past :data:`MAX_METADATA_BYTES`."""
+    limit = MAX_METADATA_BYTES
+    view = memoryview(data)
+    dctx = zstandard.ZstdDecompressor()
+    out: list[bytes] = []
+    total = pos = 0
+    while True:  # one frame per round (zstd allows concatenated frames)
+        declared = zstandard.frame_content_size(view[pos:])  # -1: not in the header
+        if declared > limit - total:
+            raise _too_large(what, f"a zstd frame declares {declared} bytes")
+        dobj = dctx.decompressobj()
+        while not dobj.eof:
+            if pos >= len(view):
+                raise CorruptMetadataError(f"{what}: metadata is not valid msgpack.zstd (truncated zstd frame)")
+            piece = dobj.decompress(view[pos : pos + _ZSTD_STEP])
+            pos += _ZSTD_STEP
+            total += len(piece)
+            if total > limit:
+                raise _too_large(what, "the zstd frame decompresses to more")
+            out.append(piece)
+        pos = min(pos, len(view)) - len(dobj.unused_data)
+        if pos >= len(view):
+            return b"".join(out)
+
+
 def loads(data: bytes, fmt: MetadataFormat = "json", *, what: str = "dataset") -> dict[str, Any]:
-    """Decode metadata bytes; anything undecodable is a :class:`CorruptMetadataError`."""
-    if fmt not in ("json", "msgpack.zstd"):
+    """Decode metadata bytes; anything undecodable is a :class:`CorruptMetadataError`.
+
+    Input beyond :data:`MAX_METADATA_BYTES` (before or after decompression) or nested beyond
+    what the parser follows is a :class:`~kstore.errors.LimitExceededError`.
+    """
+    if not isinstance(fmt, str) or fmt not in ("json", "msgpack.zstd"):
         raise InvalidArgumentError(f"unknown metadata format {fmt!r}")
     try:
         if fmt == "json":
+            if len(data) > MAX_METADATA_BYTES:
+                raise _too_large(what, f"the file has {len(data)} bytes")
             out = json.loads(data.decode("utf-8"))
-        elif fmt == "msgpack.zstd":
-            dctx = zstandard.ZstdDecompressor()
-            try:
-                unpacked = dctx.decompress(data, max_output_size=MAX_METADATA_BYTES)
-            except zstandard.ZstdError:
-                # frames without content size in the header: stream them
-                unpacked = dctx.decompressobj().decompress(data)
-            out = msgpack.unpackb(unpacked, raw=False, strict_map_key=False)
+        else:
+            out = msgpack.unpackb(_unzstd(data, what), raw=False, strict_map_key=False)
+    except (RecursionError, msgpack.StackError) as exc:
+        raise _too_deep(what) from exc
+    except LimitExceededError:
+        raise
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException, UnicodeDecodeError) as exc:
         raise CorruptMetadataError(f"{what}: metadata is not valid {fmt} ({type(exc).__name__})") from exc
     if not isinstance(out, dict):
         raise CorruptMetadataError(f"{what}: metadata is not a mapping")
     return out
+
+
+def check_nesting(value: Any, what: str, limit: int = MAX_METADATA_DEPTH) -> None:
+    """Raise :class:`~kstore.errors.LimitExceededError` if ``value`` nests dicts/lists (and
+    tuples) more than ``limit`` levels deep. Iterative: safe for any depth.
+
+    >>> check_nesting({"a": [1, {"b": 2}]}, "metadata", limit=3)
+    >>> check_nesting([[[[]]]], "dataset 'x': metadata", limit=3)
+    Traceback (most recent call last):
+    ...
+    kstore.errors.LimitExceededError: dataset 'x': metadata nests dicts/lists more than 3 levels deep (MAX_METADATA_DEPTH)
+    """
+    if not isinstance(value, _CONTAINERS):
+        return
+    stack = [(value, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        for child in obj.values() if isinstance(obj, Mapping) else obj:
+            if isinstance(child, _CONTAINERS):
+                if depth + 1 > limit:
+                    raise LimitExceededError(
+                        f"{what} nests dicts/lists more than {limit} levels deep (MAX_METADATA_DEPTH)"
+                    )
+                stack.append((child, depth + 1))
+
+
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def check_encodable(value: Any, what: str, formats: tuple[MetadataFormat, ...] = ("json",)) -> None:
+    """Raise :class:`~kstore.errors.InvalidArgumentError` unless ``value`` can be written in
+    every format of ``formats`` (dict keys that are not strings, ints beyond 64 bits in msgpack):
+    a write checks its user metadata with this before its first file.
+
+    >>> check_encodable({"a": [1, 2]}, "metadata", ("json", "msgpack.zstd"))
+    >>> check_encodable({(1, 2): "x"}, "metadata")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: metadata cannot be written as json (keys must be str, int, float, bool or None, not tuple)
+    """
+    check_nesting(value, what)
+    for fmt in dict.fromkeys(formats):
+        try:
+            dumps({"value": value}, fmt)
+        except LimitExceededError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidArgumentError(f"{what} cannot be written as {fmt} ({exc})") from exc

@@ -24,8 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from kstore.core.predicates import Term
+from kstore.core.types import normalize_type
+from kstore.errors import CorruptMetadataError, UnsupportedTypeError
 
-__all__ = ["FileStats", "file_stats", "stats_table", "stats_by_label", "prune_mask", "merge_stats_tables"]
+__all__ = ["FileStats", "file_stats", "stats_table", "check_stats_table", "stats_by_label", "prune_mask",
+           "merge_stats_tables"]
 
 _MAX_STR = 256  # longer string/binary bounds are not kept (the column stays "unknown")
 
@@ -57,7 +60,10 @@ def file_stats(table: pa.Table, nbytes: int) -> FileStats:
             if pat.is_dictionary(t):
                 col = col.cast(t.value_type)
             mm = pc.min_max(col)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            try:
+                lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            except (OverflowError, ValueError):  # beyond Python's datetime: unknown, never prunes
+                lo = hi = None
             if isinstance(lo, (str, bytes)) and (len(lo) > _MAX_STR or len(hi) > _MAX_STR):
                 lo = hi = None
             if isinstance(lo, float) and (math.isnan(lo) or math.isnan(hi)):
@@ -76,14 +82,65 @@ def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Sc
     for f in schema:
         if not _orderable(f.type):
             continue
-        t = f.type.value_type if pat.is_dictionary(f.type) else f.type
-        if pat.is_timestamp(t):
-            t = pa.timestamp("ns", t.tz)
+        t = _bound_type(f.type)
         get = [s.columns.get(f.name, (None, None, None)) for s in stats]
         arrays[f"min:{f.name}"] = pa.array([g[0] for g in get], t)
         arrays[f"max:{f.name}"] = pa.array([g[1] for g in get], t)
         arrays[f"nulls:{f.name}"] = pa.array([g[2] for g in get], pa.int64())
     return pa.table(arrays)
+
+
+def _bound_type(t: pa.DataType) -> pa.DataType:
+    """The type of a column's ``min:``/``max:`` statistics (timestamps in ns, as read)."""
+    t = t.value_type if pat.is_dictionary(t) else t
+    return pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t
+
+
+def _conform_column(table: pa.Table, name: str, want: pa.DataType, what: str, subject: str) -> pa.Table:
+    col = table.column(name)
+    if col.type.equals(want):
+        return table
+    try:
+        same = pat.is_null(col.type) or normalize_type(col.type).equals(normalize_type(want))
+        if same:
+            return table.set_column(table.column_names.index(name), name, col.cast(want))
+    except (UnsupportedTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptMetadataError(f"{what}: {subject} is {col.type}, not {want}") from exc
+    raise CorruptMetadataError(f"{what}: {subject} is {col.type}, not {want}")
+
+
+def check_stats_table(stats: pa.Table, schema: pa.Schema | None, *, what: str) -> pa.Table:
+    """Validate a statistics table read from a file against the dataset's ``schema``.
+
+    Returns it with compatible types made exact (``int32`` counts, ``us`` timestamps);
+    wrong column types, missing ``label``/``rows``/``bytes``, null labels or counts, and
+    ``min:``/``max:``/``nulls:`` that do not come in threes raise
+    :class:`~kstore.errors.CorruptMetadataError` naming the column (``what`` names the file).
+    Statistics of columns the schema does not have (or cannot order) are dropped.
+    """
+    for name, want in (("label", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64())):
+        if name not in stats.column_names:
+            raise CorruptMetadataError(f"{what}: column {name!r} is missing")
+        stats = _conform_column(stats, name, want, what, f"column {name!r}")
+        if stats.column(name).null_count:
+            raise CorruptMetadataError(f"{what}: column {name!r} has nulls")
+    columns = {c.split(":", 1)[1] for c in stats.column_names if c.startswith(("min:", "max:", "nulls:"))}
+    keep = ["label", "rows", "bytes"]
+    for c in sorted(columns):
+        names = [f"min:{c}", f"max:{c}", f"nulls:{c}"]
+        idx = schema.get_field_index(c) if schema is not None else -1
+        if schema is not None and (idx < 0 or not _orderable(schema.field(idx).type)):
+            continue  # no statistics kstore would use
+        missing = [n for n in names if n not in stats.column_names]
+        if missing:
+            raise CorruptMetadataError(f"{what}: column {c!r} has statistics without {missing}")
+        bound = _bound_type(schema.field(idx).type) if schema is not None else stats.column(names[0]).type
+        if not _orderable(bound):
+            raise CorruptMetadataError(f"{what}: statistics of column {c!r} are {bound}, which has no order")
+        for n, want in zip(names, (bound, bound, pa.int64())):
+            stats = _conform_column(stats, n, want, what, f"statistic {n.split(':')[0]!r} of column {c!r}")
+        keep.extend(names)
+    return stats.select(keep) if keep != stats.column_names else stats
 
 
 def stats_by_label(stats: pa.Table | None) -> dict[str, FileStats]:

@@ -25,7 +25,7 @@ import ast
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -38,6 +38,7 @@ from kstore.errors import (
     InvalidPredicateError,
     SchemaMismatchError,
     UnsupportedTypeError,
+    short_repr,
 )
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
     "read_schema",
     "merge_schemas",
     "check_partition_type",
+    "check_dataset_schema",
+    "duplicate_names",
     "encode_partition_value",
     "decode_partition_value",
     "coerce_literal",
@@ -244,6 +247,29 @@ def check_partition_type(column: str, t: pa.DataType) -> None:
         )
 
 
+def duplicate_names(names: Sequence[str]) -> list[str]:
+    """Names that occur more than once (sorted)."""
+    seen: set[str] = set()
+    return sorted({n for n in names if n in seen or seen.add(n)})
+
+
+def check_dataset_schema(schema: pa.Schema, partition_keys: Sequence[str], dataset: str) -> pa.Schema:
+    """Raise :class:`CorruptMetadataError` unless ``schema`` can be a dataset's schema: unique
+    column names, every partition column present with a type partition values can have."""
+    dupes = duplicate_names(schema.names)
+    if dupes:
+        raise CorruptMetadataError(f"dataset {dataset!r}: the schema has duplicate columns {dupes}")
+    missing = [c for c in partition_keys if schema.get_field_index(c) < 0]
+    if missing:
+        raise CorruptMetadataError(f"dataset {dataset!r}: partition column(s) {missing} are missing from the schema")
+    for c in partition_keys:
+        try:
+            check_partition_type(c, normalize_type(schema.field(c).type, c))
+        except UnsupportedTypeError as exc:
+            raise CorruptMetadataError(f"dataset {dataset!r}: the schema is damaged: {exc}") from exc
+    return schema
+
+
 def encode_partition_value(value: Any) -> str:
     """``str(value)`` the way kartothek writes it into a key (before quoting).
 
@@ -265,7 +291,7 @@ def encode_partition_value(value: Any) -> str:
         return str(int(value))
     if isinstance(value, (bytes, str)):
         return str(value)
-    raise UnsupportedTypeError(f"cannot encode partition value {value!r} ({type(value).__name__})")
+    raise UnsupportedTypeError(f"cannot encode partition value {short_repr(value)} ({type(value).__name__})")
 
 
 _TRUE = {"True": True, "true": True, "1": True, "False": False, "false": False, "0": False}
@@ -305,7 +331,7 @@ def decode_partition_value(text: str, t: pa.DataType, column: str = "?") -> Any:
             return ts
     except (KeyError, ValueError, SyntaxError, TypeError) as exc:
         raise CorruptMetadataError(
-            f"partition column {column!r}: cannot read value {text!r} as {t}"
+            f"partition column {column!r}: cannot read value {short_repr(text)} as {t}"
         ) from exc
     raise UnsupportedTypeError(f"partition column {column!r} has unsupported type {t}")
 
@@ -336,7 +362,7 @@ def _parse_timestamp(text: str) -> Any:
 def _bad_literal(column: str, t: pa.DataType, value: Any, dataset: str | None) -> InvalidPredicateError:
     prefix = f"dataset {dataset!r}: " if dataset else ""
     return InvalidPredicateError(
-        f"{prefix}column {column!r} is {describe(t)}; cannot compare with {value!r} "
+        f"{prefix}column {column!r} is {describe(t)}; cannot compare with {short_repr(value)} "
         f"({type(value).__name__})"
     )
 
@@ -413,7 +439,7 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
                 except Exception as exc:  # nonexistent / ambiguous wall time in that zone
                     prefix = f"dataset {dataset!r}: " if dataset else ""
                     raise InvalidPredicateError(
-                        f"{prefix}column {column!r} is {describe(t)}; the naive time {value!r} does not "
+                        f"{prefix}column {column!r} is {describe(t)}; the naive time {short_repr(value)} does not "
                         f"exist or is ambiguous in {t.tz}; pass a tz-aware timestamp"
                     ) from exc
             if ts.tzinfo is not None:
@@ -504,11 +530,17 @@ def with_pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = N
 
 
 def schema_pandas_metadata(schema: pa.Schema) -> dict | None:
+    """The pandas metadata of ``schema`` (a dtype hint only): None when it is missing or not
+    the shape pyarrow writes; column entries that are not ``{"field_name": str, ...}`` are dropped."""
     raw = (schema.metadata or {}).get(b"pandas")
     if not raw:
         return None
     try:
-        return json.loads(raw)
-    except ValueError:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("columns", []), list):
+        return None
+    columns = [c for c in meta.get("columns", []) if isinstance(c, dict) and isinstance(c.get("field_name"), str)]
+    return {"columns": columns}
 

@@ -4,6 +4,13 @@
 hard-links the finished temporary file to the key, which fails if the key exists, so a
 second writer can never overwrite the first (the commit protocol relies on this).
 
+Reads never create anything: a missing root is an empty namespace for ``get``/``exists``
+and a :class:`~kstore.errors.StoreNotFoundError` for ``iter_prefix``; the first write
+creates it. Symbolic links below the root are never followed (a key that is, or lies
+below, a link raises :class:`~kstore.errors.StoreError`), so nothing outside the root is
+read or written. Names longer than the file system allows are missing keys on read and a
+:class:`~kstore.errors.LimitExceededError` on write.
+
 >>> import tempfile
 >>> store = LocalStore(tempfile.mkdtemp())
 >>> store.put_if_absent("ds/_kstore/log/0.json", b"{}"), store.put_if_absent("ds/_kstore/log/0.json", b"x")
@@ -19,7 +26,13 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
 
 from kstore.core.naming import validate_key
-from kstore.errors import KeyNotFoundError, StoreError
+from kstore.errors import (
+    InvalidArgumentError,
+    KeyNotFoundError,
+    LimitExceededError,
+    StoreError,
+    StoreNotFoundError,
+)
 
 __all__ = ["LocalStore"]
 
@@ -33,9 +46,18 @@ class LocalStore:
     """Keys are files below ``root``; ``/`` in a key is a directory separator."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+        path = os.fspath(root)
+        if not isinstance(path, str) or not path:
+            raise InvalidArgumentError(f"a local store's root must be a non-empty str path, got {path!r}")
+        if "\x00" in path:
+            raise InvalidArgumentError(f"store path {path!r} contains a NUL byte")
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"store path {path!r} is no valid file name here ({exc.reason})") from exc
+        self.root = os.path.abspath(path)
         self.url = "file://" + self.root
-        os.makedirs(self.root, exist_ok=True)
+        self._real_root = os.path.realpath(self.root)  # the root itself may be a link
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -43,13 +65,31 @@ class LocalStore:
     def __reduce__(self):  # pickles as its root path
         return (LocalStore, (self.root,))
 
-    def _path(self, key: str) -> str:
+    def _path(self, key: str, *, follow_last: bool = True) -> str:
+        """The file of ``key``; raises if it or a directory above it is a symbolic link
+        (``follow_last=False``: the key itself may be a link, e.g. to delete it)."""
         validate_key(key)
-        path = os.path.join(self.root, *key.split("/"))
+        parts = key.split("/")
+        path = os.path.join(self.root, *parts)
         # validate_key already forbids '..'; this guards against symlink-free surprises
         if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
             raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
+        checked = parts if follow_last else parts[:-1]
+        if os.path.realpath(os.path.join(self.root, *checked)) != os.path.join(self._real_root, *checked):
+            raise StoreError(
+                f"key {key!r} in {self.root!r} is, or lies below, a symbolic link; kstore does not "
+                "follow links inside a store"
+            )
         return path
+
+    def _missing(self, key: str) -> KeyNotFoundError:
+        where = repr(self.root) if os.path.isdir(self.root) else f"{self.root!r} (the store root does not exist)"
+        return KeyNotFoundError(f"key {key!r} not found in {where}")
+
+    def _too_long(self, key: str, exc: OSError) -> LimitExceededError:
+        return LimitExceededError(
+            f"key {key!r} is too long for the file system under {self.root!r} ({exc.strerror})"
+        )
 
     def _tmp_file(self, data: bytes, key: str) -> str:
         tmp_dir = os.path.join(self.root, _TMP_DIR)
@@ -57,18 +97,21 @@ class LocalStore:
         # '<dataset>~<random>': garbage collection of a dataset finds its own leftovers
         owner = key.split("/", 1)[0].split(".by-dataset-metadata", 1)[0]
         tmp = os.path.join(tmp_dir, f"{owner}~{uuid.uuid4().hex}")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+        except OSError as exc:
+            _unlink(tmp)
+            if exc.errno == errno.ENAMETOOLONG:
+                raise self._too_long(key, exc) from exc
+            raise
         return tmp
 
     def get(self, key: str) -> bytes:
-        try:
-            with open(self._path(key), "rb") as fh:
-                return fh.read()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {self.root!r}") from exc
+        with self._open(key) as fh:
+            return fh.read()
 
-    def _in_directory(self, path: str, place: Callable[[], T]) -> T:
+    def _in_directory(self, path: str, place: Callable[[], T], key: str | None = None) -> T:
         """Create ``path``'s directory and run ``place`` (which puts the file there).
 
         A concurrent :meth:`delete` may prune the directory between the two steps (then
@@ -87,6 +130,8 @@ class LocalStore:
             except FileNotFoundError as exc:
                 last = exc  # a parent was pruned while makedirs ran
                 continue
+            if key is not None:
+                self._path(key, follow_last=False)  # makedirs followed no link into elsewhere
             try:
                 return place()
             except FileNotFoundError as exc:
@@ -94,28 +139,37 @@ class LocalStore:
         raise StoreError(f"could not create {path!r}: its directory kept disappearing") from last
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
-            self._in_directory(path, lambda: os.replace(tmp, path))
+            self._in_directory(path, lambda: os.replace(tmp, path), key)
+        except OSError as exc:
+            _unlink(tmp)
+            if exc.errno == errno.ENAMETOOLONG:
+                self._prune(path)
+                raise self._too_long(key, exc) from exc
+            raise
         except BaseException:
             _unlink(tmp)
             raise
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
+        path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
-            self._in_directory(path, lambda: os.link(tmp, path))
+            self._in_directory(path, lambda: os.link(tmp, path), key)
             return True
         except FileExistsError:
             return False
         except OSError as exc:  # file systems without hard links: exclusive create
+            if exc.errno == errno.ENAMETOOLONG:
+                self._prune(path)
+                raise self._too_long(key, exc) from exc
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
                 raise
             try:
                 fd = self._in_directory(
-                    path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    path, lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), key
                 )
             except FileExistsError:
                 return False
@@ -146,14 +200,17 @@ class LocalStore:
         return removed
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        path = self._path(key, follow_last=False)  # a link is removed, not followed
         try:
             _unlink(path)
-        except OSError:
-            if os.path.isdir(path):  # a "directory" is no key, so it is missing: fine
-                return
+        except OSError as exc:
+            if os.path.isdir(path) or exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR):
+                return  # a "directory" is no key, and no file has such a name: missing, fine
             raise
-        # remove empty parent directories up to the root, as kartothek's hfs store does
+        self._prune(path)
+
+    def _prune(self, path: str) -> None:
+        """Remove empty parent directories of ``path`` up to the root, as kartothek's hfs store does."""
         parent = os.path.dirname(path)
         while parent != self.root:
             try:
@@ -174,6 +231,8 @@ class LocalStore:
         if prefix:
             if "\\" in prefix or "\x00" in prefix or any(p in (".", "..") for p in prefix.split("/")):
                 raise StoreError(f"invalid key prefix {prefix!r}")
+        if not os.path.isdir(self.root):
+            raise StoreNotFoundError(f"store {self.root!r} does not exist (no such directory)")
         base_key = prefix.rpartition("/")[0]
         base = os.path.join(self.root, *base_key.split("/")) if base_key else self.root
         yield from self._walk(base, base_key, prefix)
@@ -183,6 +242,10 @@ class LocalStore:
             entries = list(os.scandir(directory))
         except (FileNotFoundError, NotADirectoryError):
             return
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return  # no file has such a name
+            raise
         for entry in entries:
             if entry.name == _TMP_DIR and directory == self.root:
                 continue
@@ -194,10 +257,17 @@ class LocalStore:
                 yield key
 
     def open(self, key: str) -> BinaryIO:
+        return self._open(key)
+
+    def _open(self, key: str) -> BinaryIO:
         try:
             return open(self._path(key), "rb")  # noqa: SIM115 - the caller closes it
-        except (FileNotFoundError, IsADirectoryError) as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {self.root!r}") from exc
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise self._missing(key) from exc
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                raise self._missing(key) from exc
+            raise
 
 
 def _unlink(path: str) -> None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import pickle
 import threading
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from kstore.errors import StoreError
+from kstore.errors import InvalidArgumentError, StoreError
 
 __all__ = ["Store", "StoreLike", "open_store", "CountingStore", "store_factory"]
 
@@ -72,10 +73,15 @@ def _from_url(url: str) -> Store:
     from kstore.io.local import LocalStore
     from kstore.io.memory import MemoryStore
 
+    if "\x00" in url:
+        raise InvalidArgumentError(f"store URL or path {url!r} contains a NUL byte")
     if url.startswith("memory://"):
         return MemoryStore.named(url[len("memory://") :] or "default")
-    if url.startswith("file://"):
-        return LocalStore(url[len("file://") :])
+    if url.startswith("file:"):
+        return LocalStore(_file_url_path(url))
+    if url.startswith(("hfs://", "fs://")):  # minimalkv's directory stores, without creating the directory
+        parts = urllib.parse.urlsplit(url)
+        return LocalStore(parts.netloc + parts.path)
     if url.startswith("s3://"):
         from kstore.io.s3 import S3Store
 
@@ -91,6 +97,21 @@ def _from_url(url: str) -> Store:
     except Exception as exc:  # minimalkv raises many kinds for bad URLs
         raise StoreError(f"cannot open store URL {url!r}: {exc}") from exc
     return _adapt_kv(kv, url)
+
+
+def _file_url_path(url: str) -> str:
+    """The absolute local path of a ``file:`` URL: ``file:///p``, ``file://localhost/p``,
+    ``file:/p``. Other hosts and relative paths are errors (never a directory under the
+    working directory)."""
+    rest = url[len("file:") :]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise StoreError(f"file URL {url!r} names host {host!r}; only local paths work (file:///path)")
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise StoreError(f"file URL {url!r} has no absolute path; write file:///absolute/path")
+    return "/" + rest.lstrip("/")
 
 
 def _adapt_kv(kv: Any, url: str | None = None) -> Store:

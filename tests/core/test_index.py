@@ -446,3 +446,62 @@ def test_million_value_index_ranges(big_index):
     assert idx.lookup_labels("==", 7 * 123_456) == ["p23456"]
     assert idx.lookup_labels("==", 7 * 123_456 + 1) == []
     assert len(idx.lookup_labels("!=", 0)) == 100_000
+
+
+# -- damaged index files (issue #11) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "vtype, table",
+    [
+        (pa.int64(), pa.table({"n": ["3", "4"], "partition": [["a"], ["b"]]})),
+        (pa.int64(), pa.table({"n": [3.5, 4.0], "partition": [["a"], ["b"]]})),
+        (pa.int64(), pa.table({"n": [[3], [4]], "partition": [["a"], ["b"]]})),
+        (pa.int64(), pa.table({"n": pa.nulls(2), "partition": [["a"], ["b"]]})),
+        (pa.string(), pa.table({"n": [1, 2], "partition": [["a"], ["b"]]})),
+        (pa.int64(), pa.table({"n": [3, 4], "partition": [[1], [2]]})),
+        (pa.int64(), pa.table({"n": [3, 4], "partition": [[["a"]], [["b"]]]})),
+    ],
+    ids=["str for int", "float for int", "list values", "null values", "int for str", "int labels", "nested labels"],
+)
+def test_from_table_rejects_values_or_labels_of_the_wrong_type(vtype, table):
+    with pytest.raises(CorruptMetadataError, match="'n'"):
+        ColumnIndex.from_table("n", table, vtype)
+
+
+def test_from_table_accepts_types_that_normalize_to_the_column_type():
+    table = pa.table({"n": pa.array([1, 2], pa.int32()), "partition": pa.array([["a"], ["b"]], pa.list_(pa.large_string()))})
+    idx = ColumnIndex.from_table("n", table, pa.int64())
+    assert idx.values.type.equals(pa.int64())
+    assert idx.lookup_labels("==", 2) == ["b"]
+    empty = pa.table({"n": pa.array([], pa.null()), "partition": pa.array([], pa.list_(pa.string()))})
+    assert len(ColumnIndex.from_table("n", empty, pa.int64())) == 0
+
+
+def test_from_table_drops_null_labels_instead_of_inventing_partitions():
+    table = pa.table({"n": [1, 2], "partition": [["a", None], ["b"]]})
+    idx = ColumnIndex.from_table("n", table, pa.int64())
+    assert index_pairs(idx) == {(1, "a"), (2, "b")}
+
+
+@pytest.mark.parametrize(
+    "mapping",
+    [{"3": [5]}, {"3": [None]}, {"3": [["a"]]}, {3: [None]}, {"x": ["a"]}, {"3": "abc"}],
+)
+def test_from_inline_rejects_what_kartothek_never_writes(mapping):
+    with pytest.raises(CorruptMetadataError, match="'n'"):
+        ColumnIndex.from_inline("n", mapping, pa.int64())
+
+
+def test_lookups_over_values_python_datetimes_cannot_hold():
+    # timestamp[us] and date32 reach far beyond year 9999; a lookup must not convert them
+    far = pa.array([-(2**62), 0, 1_700_000_000_000_000, 2**62], pa.timestamp("us", "UTC"))
+    idx = ColumnIndex.build("t", far, pa.array(["a", "b", "c", "d"]))
+    lit = pd.Timestamp("2023-11-14 22:13:20", tz="UTC")
+    assert idx.lookup_labels("==", lit) == ["c"]
+    assert idx.lookup_labels(">", pd.Timestamp("2030-01-01", tz="UTC")) == ["d"]
+    assert idx.lookup_labels("<=", lit) == ["a", "b", "c"]
+    days = pa.array([-(2**31), 0, 19_000, 2**31 - 1], pa.int32()).cast(pa.date32())
+    idx = ColumnIndex.build("d", days, pa.array(["a", "b", "c", "d"]))
+    assert idx.lookup_labels(">=", dt.date(2022, 1, 8)) == ["c", "d"]  # day 19,000
+    assert idx.lookup_labels("!=", dt.date(1970, 1, 1)) == ["a", "c", "d"]

@@ -417,3 +417,31 @@ def test_index_columns_order():
         inline_indices={"m": {"1": ("l",)}},
     )
     assert meta.index_columns == ("p", "q", "a", "m", "z")
+
+
+# -- nesting limit (issue #11) ----------------------------------------------------------------
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("where", ["metadata", "unknown_key"])
+def test_user_metadata_nested_beyond_the_limit_is_refused(where):
+    from kstore.errors import LimitExceededError
+
+    raw = DatasetMetadata.new("d").to_dict()
+    raw[where] = _nested(serialize.MAX_METADATA_DEPTH + 1)
+    data = serialize.dumps(raw, "json")  # a file another writer could have written
+    with pytest.raises(LimitExceededError, match=r"dataset 'd'.*32 levels"):
+        DatasetMetadata.from_dict(serialize.loads(data, "json"), expected_uuid="d")
+
+
+def test_user_metadata_at_the_nesting_limit_round_trips():
+    meta = DatasetMetadata.new("d", metadata=_nested(serialize.MAX_METADATA_DEPTH))
+    for fmt in ("json", "msgpack.zstd"):
+        raw = serialize.loads(serialize.dumps(meta.to_dict(), fmt), fmt)
+        assert DatasetMetadata.from_dict(raw, expected_uuid="d") == meta

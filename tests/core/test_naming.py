@@ -418,3 +418,63 @@ def test_new_file_id_time_round_trip():
     fid = naming.new_file_id(now=1_700_000_000.123)
     assert naming.file_id_time(f"ds/table/x=1/{fid}.parquet") == pytest.approx(1_700_000_000.123, abs=1e-3)
     assert naming.file_id_time("ds/table/x=1/0123456789abcdef0123456789abcdef.parquet") is None
+
+
+# -- hostile names (issue #11) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ds\n", "ds\r\n", "\nds", "a\tb", "ds\x0b"])
+def test_validate_name_rejects_control_characters_at_either_end(name):
+    with pytest.raises(InvalidKeyError):
+        validate_name(name)
+    with pytest.raises(InvalidKeyError):
+        naming.build_label([], name)
+
+
+def test_version_from_log_key_only_takes_ascii_digits():
+    assert naming.version_from_log_key("ds", "ds/_kstore/log/" + "\u0663" * 20 + ".json") is None  # Arabic-Indic 3
+    assert naming.version_from_log_key("ds", "ds/_kstore/log/" + "\u00b2" + ".json") is None  # superscript 2
+
+
+def test_longest_names_and_values_that_fit_a_key_component():
+    from kstore.errors import LimitExceededError
+
+    assert naming.MAX_NAME_BYTES == 255
+    longest_uuid = "u" * (255 - len(naming.METADATA_SUFFIXES["msgpack.zstd"]))
+    for fmt in naming.METADATA_FORMATS:
+        assert naming.metadata_key(longest_uuid, fmt).startswith(longest_uuid)
+    with pytest.raises(LimitExceededError, match=r"dataset uuid 'u+.*256 bytes.*limit is 255 \(MAX_NAME_BYTES"):
+        naming.metadata_key(longest_uuid + "u", "msgpack.zstd")
+    assert naming.table_prefix("ds", "t" * 255) == "ds/" + "t" * 255 + "/"
+    with pytest.raises(LimitExceededError, match="table name"):
+        naming.table_prefix("ds", "t" * 256)
+    # a partition component '<quoted column>=<quoted value>': 30 x '€' is 270 bytes quoted
+    euro = "€" * 30
+    with pytest.raises(LimitExceededError, match=r"partition value '€+' of column 'p'.*MAX_NAME_BYTES"):
+        naming.build_label([("p", euro)], "f")
+    with pytest.raises(LimitExceededError, match="column '€€€"):
+        naming.build_label([(euro, "1")], "f")
+    assert naming.build_label([("p", "v" * 253)], "f") == "p=" + "v" * 253 + "/f"
+    with pytest.raises(LimitExceededError, match="column '€€€"):
+        naming.index_key("ds", euro)
+    with pytest.raises(LimitExceededError, match="file id"):
+        naming.data_key("ds", "table", "f" * 250)
+
+
+def test_whole_keys_are_at_most_max_key_bytes():
+    from kstore.errors import LimitExceededError
+
+    assert naming.MAX_KEY_BYTES == 1024
+    label = naming.build_label([(f"c{i}", "v" * 200) for i in range(5)], "f")
+    with pytest.raises(LimitExceededError, match=r"1024 \(MAX_KEY_BYTES\)"):
+        naming.data_key("ds", "table", label)
+
+
+def test_check_write_columns_names_the_column_that_cannot_be_a_key_component():
+    from kstore.errors import LimitExceededError
+
+    naming.check_key_columns("ds", partition_on=["p"], index_columns=["x"])
+    with pytest.raises(LimitExceededError, match="column '€€€"):
+        naming.check_key_columns("ds", partition_on=["€" * 30], index_columns=[])
+    with pytest.raises(LimitExceededError, match="column '€€€"):
+        naming.check_key_columns("ds", partition_on=[], index_columns=["€" * 90])

@@ -13,8 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kstore.core.predicates import OPS, Term, bind, columns_of, parse, term_expression, to_expression
-from kstore.errors import ColumnNotFoundError, InvalidPredicateError, KstoreError
+from kstore.core.predicates import (
+    MAX_PREDICATE_TERMS,
+    MAX_PREDICATE_VALUES,
+    OPS,
+    Term,
+    bind,
+    columns_of,
+    parse,
+    term_expression,
+    to_expression,
+)
+from kstore.errors import ColumnNotFoundError, InvalidPredicateError, KstoreError, LimitExceededError
 
 SETTINGS = settings(max_examples=50, deadline=None)
 
@@ -515,3 +525,78 @@ def test_decimal_column_literals(pred, want):
         return
     got = table.filter(to_expression(dnf, table.schema)).column("d").to_pylist()
     assert [str(v) for v in got] == want
+
+
+# -- hostile predicates (issue #11) -------------------------------------------------------------
+
+
+def _nested_list(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        _nested_list(3_000),  # the whole predicate
+        [_nested_list(3_000)],  # a conjunction
+        [[_nested_list(3_000)]],  # a term
+        [[("x", "==", _nested_list(3_000))]],  # a comparison value
+        [[("x", "in", [_nested_list(3_000)])]],  # a value of an in-list
+        [[("x", "in", _nested_list(3_000))]],
+        [[(_nested_list(3_000), "==", 1)]],  # a column
+        [[("x", _nested_list(3_000), 1)]],  # an operator
+    ],
+    ids=["predicate", "conjunction", "term", "value", "in-value", "in-list", "column", "operator"],
+)
+def test_deeply_nested_predicates_are_refused_with_a_short_message(pred):
+    with pytest.raises(InvalidPredicateError) as exc:
+        bind(parse(pred), pa.schema([("x", pa.int64())]))
+    assert len(str(exc.value)) < 400
+
+
+@pytest.mark.parametrize("value", [[1], (1, 2), {"a": 1}, {1}, [[1]]])
+def test_comparison_values_and_in_values_are_scalars(value):
+    with pytest.raises(InvalidPredicateError, match="'x'"):
+        parse([[("x", "==", value)]])
+    with pytest.raises(InvalidPredicateError, match="'x'"):
+        parse([[("x", "in", [1, value])]])
+
+
+def test_predicate_size_limit_counts_terms_of_every_conjunction():
+    assert MAX_PREDICATE_TERMS == 1024
+    term = ("x", ">", 1)
+    assert len(parse([[term] * MAX_PREDICATE_TERMS])[0]) == MAX_PREDICATE_TERMS
+    assert len(parse([[term]] * MAX_PREDICATE_TERMS)) == MAX_PREDICATE_TERMS
+    for too_big in ([[term] * (MAX_PREDICATE_TERMS + 1)], [[term]] * (MAX_PREDICATE_TERMS + 1),
+                    [[term] * 600, [term] * 600], [term] * 10_000):
+        with pytest.raises(LimitExceededError, match=r"1024 \(MAX_PREDICATE_TERMS\)"):
+            parse(too_big)
+
+
+def test_in_list_size_limit_is_checked_before_materializing():
+    import itertools
+
+    assert MAX_PREDICATE_VALUES == 10_000_000
+    with pytest.raises(LimitExceededError, match="MAX_PREDICATE_VALUES"):
+        parse([[("x", "in", range(10**12))]])
+    with pytest.raises(LimitExceededError, match="MAX_PREDICATE_VALUES"):
+        parse([[("x", "in", itertools.count())]])  # no end: stops at the limit
+    assert parse([[("x", "in", (i for i in range(3)))]])[0][0].value == (0, 1, 2)
+
+
+def test_to_expression_is_balanced():
+    schema = pa.schema([("x", pa.int64())])
+    dnf = bind(parse([[("x", ">=", -i) for i in range(MAX_PREDICATE_TERMS)]]), schema)
+    expr = to_expression(dnf, schema)
+    depth, text = 0, str(expr)
+    level = 0
+    for ch in text:
+        level += ch == "("
+        level -= ch == ")"
+        depth = max(depth, level)
+    assert depth <= 2 * (MAX_PREDICATE_TERMS.bit_length() + 2)  # log-depth, not a 1024-deep chain
+    table = pa.table({"x": [-5, 0, 3]})
+    assert table.filter(expr).column("x").to_pylist() == [0, 3]

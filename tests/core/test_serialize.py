@@ -196,3 +196,80 @@ def test_ints_beyond_64_bit_are_not_silently_changed():
     except (InvalidArgumentError, OverflowError, TypeError, ValueError):
         return
     assert loads(data, "msgpack.zstd") == raw
+
+
+# -- hard limits (issue #11) ----------------------------------------------------------------
+
+
+def _zstd_stream(chunks, *, content_size: bool) -> bytes:
+    """One zstd frame of ``chunks``; without ``content_size`` the header holds no size."""
+    cobj = zstandard.ZstdCompressor(level=1, write_content_size=content_size).compressobj()
+    return b"".join([*(cobj.compress(c) for c in chunks), cobj.flush()])
+
+
+def _msgpack_bomb(size: int) -> list[bytes]:
+    """Chunks of a valid msgpack map ``{"dataset_uuid": "aaa..."}`` whose string is ``size`` bytes."""
+    head = b"\x81\xacdataset_uuid\xdb" + size.to_bytes(4, "big")
+    mib = b"a" * 1024**2
+    return [head] + [mib] * (size // len(mib)) + [b"a" * (size % len(mib))]
+
+
+def test_decompression_bomb_without_content_size_is_refused_at_the_limit():
+    from kstore.errors import LimitExceededError
+
+    data = _zstd_stream(_msgpack_bomb(MAX_METADATA_BYTES + 1024**2), content_size=False)
+    assert len(data) < 64 * 1024  # a small file ...
+    with pytest.raises(LimitExceededError, match=str(MAX_METADATA_BYTES)) as exc:
+        loads(data, "msgpack.zstd", what="dataset 'bomb'")  # ... never decompressed past the limit
+    assert "dataset 'bomb'" in str(exc.value)
+    assert isinstance(exc.value, ValueError)
+
+
+def test_frame_declaring_a_size_beyond_the_limit_is_refused_before_decompressing():
+    from kstore.errors import LimitExceededError
+
+    size = MAX_METADATA_BYTES + 1
+    cobj = zstandard.ZstdCompressor(level=1, write_content_size=True).compressobj(size=size)
+    zeros = bytes(1024**2)
+    data = b"".join(cobj.compress(zeros) for _ in range(size // len(zeros)))
+    data += cobj.compress(bytes(size % len(zeros))) + cobj.flush()
+    assert zstandard.get_frame_parameters(data).content_size == size
+    with pytest.raises(LimitExceededError, match="dataset 'x'"):
+        loads(data, "msgpack.zstd", what="dataset 'x'")
+
+
+def test_json_beyond_the_size_limit_is_refused_before_parsing():
+    from kstore.errors import LimitExceededError
+
+    data = b'{"a": "' + b" " * MAX_METADATA_BYTES + b'"}'
+    with pytest.raises(LimitExceededError, match="dataset 'x'"):
+        loads(data, "json", what="dataset 'x'")
+
+
+def test_concatenated_frames_are_all_decoded_within_the_limit():
+    one = msgpack.packb({"a": 1})
+    data = _zstd_stream([one[:2]], content_size=False) + _zstd_stream([one[2:]], content_size=False)
+    assert loads(data, "msgpack.zstd") == {"a": 1}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_deeply_nested_metadata_is_a_limit_error_not_a_recursion_error(fmt):
+    from kstore.errors import LimitExceededError
+
+    if fmt == "json":
+        data = b'{"metadata": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    else:
+        data = zstandard.ZstdCompressor().compress(b"\x81\xa8metadata" + b"\x91" * 100_000 + b"\xc0")
+    with pytest.raises(LimitExceededError, match="nest"):
+        loads(data, fmt, what="dataset 'deep'")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dumping_too_deep_a_value_is_a_limit_error(fmt):
+    from kstore.errors import LimitExceededError
+
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(LimitExceededError, match="nest"):
+        dumps({"metadata": value}, fmt)

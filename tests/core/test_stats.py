@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstore.core.predicates import OPS, Term, bind, parse
-from kstore.core.stats import FileStats, file_stats, merge_stats_tables, prune_mask, stats_by_label, stats_table
+from kstore.core.stats import (
+    FileStats,
+    check_stats_table,
+    file_stats,
+    merge_stats_tables,
+    prune_mask,
+    stats_by_label,
+    stats_table,
+)
+from kstore.errors import CorruptMetadataError
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -279,3 +288,52 @@ def test_prune_with_large_ints_and_float_literal():
 def test_file_stats_is_a_value():
     a = FileStats(1, 2, {"x": (1, 2, 0)})
     assert a == FileStats(1, 2, {"x": (1, 2, 0)})
+
+
+# -- damaged statistics files (issue #11) -----------------------------------------------------
+
+_SCHEMA = pa.schema([("s", pa.string()), ("t", pa.timestamp("us", "UTC"))])
+
+
+def _good() -> pa.Table:
+    t = pa.table({"s": ["a", "b"], "t": pa.array([1, 2], pa.int64()).cast(_SCHEMA.field("t").type)})
+    return stats_table(["x", "y"], [file_stats(t, 1), file_stats(t.slice(1), 2)], _SCHEMA)
+
+
+def _with(table: pa.Table, name: str, values: pa.Array | None) -> pa.Table:
+    i = table.column_names.index(name)
+    return table.remove_column(i) if values is None else table.set_column(i, name, values)
+
+
+@pytest.mark.parametrize(
+    "name, values",
+    [
+        ("label", pa.array([1, 2])),
+        ("label", pa.array(["x", None])),
+        ("label", None),
+        ("rows", pa.array(["a", "b"])),
+        ("rows", pa.array([1, None])),
+        ("bytes", None),
+        ("min:s", pa.array([1, 2])),
+        ("min:s", pa.array([["a"], ["b"]])),
+        ("max:t", pa.array(["2024", "2025"])),
+        ("nulls:s", pa.array(["x", "y"])),
+        ("nulls:s", None),
+        ("max:s", None),
+    ],
+)
+def test_check_stats_table_rejects_wrong_columns_naming_them(name, values):
+    with pytest.raises(CorruptMetadataError, match=f"'{name.split(':')[-1]}'"):
+        check_stats_table(_with(_good(), name, values), _SCHEMA, what="dataset 'd': statistics file 'k'")
+
+
+def test_check_stats_table_keeps_good_tables_and_conforms_compatible_types():
+    good = _good()
+    assert check_stats_table(good, _SCHEMA, what="x").equals(good)
+    us = _with(good, "min:t", good.column("min:t").cast(pa.timestamp("us", "UTC")))
+    us = _with(us, "rows", us.column("rows").cast(pa.int32()))
+    assert check_stats_table(us, _SCHEMA, what="x").equals(good)
+    nulls = _with(good, "min:s", pa.nulls(2))
+    assert check_stats_table(nulls, _SCHEMA, what="x").column("min:s").type.equals(pa.string())
+    extra = good.append_column("min:gone", pa.array([1, 2])).append_column("other", pa.array([1, 2]))
+    assert check_stats_table(extra, _SCHEMA, what="x").equals(good)

@@ -235,3 +235,8 @@ if __name__ == "__main__":
     result = main(json.loads(sys.argv[1]))
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
+    sys.stderr.flush()
+    # The result is out; skip interpreter teardown. pyarrow's native thread pools can abort
+    # at exit ("terminate called without an active exception", apache/arrow#34314), which
+    # would read as a crashed writer although the write returned.
+    os._exit(0)

@@ -79,3 +79,23 @@ def test_parse_where_literals():
     ]
     with pytest.raises(kstore.KstoreError, match="cannot parse"):
         parse_where(["just-a-word"])
+
+
+def test_a_mistyped_store_is_an_error_and_nothing_is_created(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for argv in (["ls", "typo"], ["info", "typo", "sales"], ["read", "typo", "sales"], ["history", "typo", "sales"],
+                 ["ls", "file://localhost/typo/x"]):
+        code, out = run(*argv)
+        assert code == 2 and out == "", argv
+        assert "typo" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("days", ["1e12", "nan", "-1", "inf"])
+def test_gc_retention_out_of_range_is_a_usage_error(store, capsys, days):
+    with pytest.raises(SystemExit) as exc:
+        run("gc", store, "sales", "--retention-days", days)
+    assert exc.value.code == 2
+    assert "--retention-days" in capsys.readouterr().err
+    assert len(kstore.history(store, "sales")) == 1
+

@@ -44,12 +44,14 @@ S3_DECOYS = ["outside/x", "some/prefix-other/y", "some/prefixz", "some/x"]
 
 def _make_store(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Store:
     if kind == "local":
+        (tmp_path / "local").mkdir()  # an empty store (a missing root is no store: see below)
         return LocalStore(tmp_path / "local")
     if kind == "memory":
         return MemoryStore()
     if kind == "kv":
         return KVStore(minimalkv.get_store_from_url("hmemory://"))
     if kind == "hfs":
+        (tmp_path / "hfs").mkdir()
         store = open_store(f"hfs://{tmp_path / 'hfs'}")
         assert isinstance(store, LocalStore)
         return store
@@ -780,3 +782,104 @@ def test_s3_server_errors_name_bucket_and_key() -> None:
         stubber.add_client_error("delete_object", "AccessDenied", http_status_code=403)
         with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'"):
             store.delete("a/b")
+
+
+# -- read paths never create anything; links and odd file URLs (issue #11) ----------------------
+
+
+def _tree(root: Any) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, ds, fs in os.walk(root) for n in ds + fs)
+
+
+def test_local_reads_never_create_the_root(tmp_path: Any) -> None:
+    from kstore.errors import StoreNotFoundError
+
+    root = tmp_path / "missing" / "store"
+    store = LocalStore(root)
+    with pytest.raises(KeyNotFoundError, match="does not exist"):
+        store.get("ds.by-dataset-metadata.json")
+    with pytest.raises(KeyNotFoundError):
+        store.open("ds/x")
+    assert store.exists("ds/x") is False
+    store.delete("ds/x")
+    with pytest.raises(StoreNotFoundError, match=str(root)) as exc:
+        list(store.iter_prefix(""))
+    assert isinstance(exc.value, StoreError) and isinstance(exc.value, FileNotFoundError)
+    assert not (tmp_path / "missing").exists()
+    store.put("ds/x", b"1")  # writes create the root
+    assert store.get("ds/x") == b"1" and list(store.iter_prefix("")) == ["ds/x"]
+
+
+@pytest.mark.parametrize(
+    "url, where",
+    [("file://localhost{p}", "p"), ("file:{p}", "p"), ("file://{p}", "p"), ("file:///{p}", "p")],
+)
+def test_file_url_forms(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, url: str, where: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "abs"
+    store = open_store(url.format(p=path))
+    assert isinstance(store, LocalStore) and store.root == str(path)
+    store.put("k", b"1")
+    assert _tree(tmp_path) == ["abs", "abs/.kstore-tmp", "abs/k"]
+
+
+@pytest.mark.parametrize("url", ["file://otherhost/x", "file:relative/x", "file://localhost", "file:"])
+def test_file_urls_that_name_no_local_absolute_path_are_rejected(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="file URL"):
+        open_store(url)
+    assert _tree(tmp_path) == []
+
+
+@pytest.mark.parametrize("path", ["{t}/a\x00b", "file://{t}/a\x00b", "hfs://{t}/a\x00b"])
+def test_nul_byte_in_a_store_path(tmp_path: Any, path: str) -> None:
+    from kstore.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        open_store(path.format(t=tmp_path))
+    assert _tree(tmp_path) == []
+
+
+def test_local_store_never_follows_a_symlink_below_its_root(tmp_path: Any) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "store"
+    store = LocalStore(root)
+    store.put("ds/table/a.parquet", b"data")
+    os.symlink(outside / "secret", root / "ds" / "table" / "link.parquet")
+    os.symlink(outside, root / "ds" / "linked-dir")
+    for key in ("ds/table/link.parquet", "ds/linked-dir/secret"):
+        for call in (store.get, store.open, store.exists):
+            with pytest.raises(StoreError, match="symbolic link"):
+                call(key)
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.put("ds/linked-dir/new", b"x")
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.put_if_absent("ds/linked-dir/new", b"x")
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.delete("ds/linked-dir/secret")
+    assert _tree(outside) == ["secret"] and (outside / "secret").read_bytes() == b"secret"
+    assert "ds/linked-dir/secret" not in set(store.iter_prefix("ds/"))
+    store.delete("ds/table/link.parquet")  # removes the link itself, not its target
+    assert not (root / "ds" / "table" / "link.parquet").exists() and (outside / "secret").exists()
+
+
+def test_local_store_names_too_long_for_the_file_system(tmp_path: Any) -> None:
+    from kstore.errors import LimitExceededError
+
+    store = LocalStore(tmp_path)
+    long_key = "ds/" + "x" * 300
+    with pytest.raises(KeyNotFoundError):
+        store.get(long_key)
+    with pytest.raises(KeyNotFoundError):
+        store.open(long_key)
+    assert store.exists(long_key) is False
+    assert list(store.iter_prefix(long_key + "/")) == []
+    store.delete(long_key)
+    for put in (store.put, store.put_if_absent):
+        with pytest.raises(LimitExceededError, match="too long"):
+            put(long_key, b"1")
+    assert _tree(tmp_path) in ([], [".kstore-tmp"])

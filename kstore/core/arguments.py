@@ -1,0 +1,115 @@
+"""Argument checks every driver shares: loose user input -> one typed value, or a clear error.
+
+Pure (no I/O). Each function raises :class:`~kstore.errors.InvalidArgumentError` (a
+``ValueError``) naming the argument and the value it got, instead of the ``TypeError`` or
+``AttributeError`` that the value would cause deep inside.
+
+>>> as_columns("day", "partition_on"), as_columns(["a", "b"], "secondary_indices")
+(('day',), ('a', 'b'))
+>>> as_columns(5, "partition_on")
+Traceback (most recent call last):
+...
+kstore.errors.InvalidArgumentError: partition_on must be a column name or a list of column names, got 5 (int)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kstore.errors import InvalidArgumentError, short_repr
+
+__all__ = ["as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
+
+
+def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{what} must be {expected}, got {short_repr(value)} ({type(value).__name__})")
+
+
+def as_choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+    """One of a closed set of modes (``Literal`` options); anything else is an error.
+
+    >>> as_choice("merge", ("strict", "merge"), "schema_mode")
+    'merge'
+    """
+    if isinstance(value, str) and value in choices:
+        return value
+    raise _bad(what, "one of " + ", ".join(map(repr, choices)), value)
+
+
+def as_columns(value: Any, what: str) -> tuple[str, ...]:
+    """A column name or a list of names as a tuple; None is no column."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return _names(value, what, "a column name or a list of column names")
+
+
+def as_column_list(value: Any, what: str = "columns") -> tuple[str, ...] | None:
+    """A list of column names (``columns=``); None means every column. A bare string is an
+    error: ``columns="ab"`` is more likely a mistake than the column ``"ab"``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise _bad(what, f"a list of column names (e.g. [{value!r}])", value)
+    return _names(value, what, "a list of column names")
+
+
+def _names(value: Any, what: str, expected: str) -> tuple[str, ...]:
+    if isinstance(value, (bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise _bad(what, expected, value)
+    names = tuple(value)
+    bad = [v for v in names if not isinstance(v, str)]
+    if bad:
+        raise InvalidArgumentError(f"{what} must be {expected}; {short_repr(bad[0])} is no column name")
+    return names
+
+
+def as_bool(value: Any, what: str) -> bool:
+    """``True``/``False`` (numpy bools too); a string such as ``"no"`` is an error, not truthy."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise _bad(what, "True or False", value)
+
+
+def as_version(value: Any, what: str = "version") -> int | None:
+    """A version number (an int >= 0, not a bool) or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(what, "a version number (an int >= 0)", value)
+    return int(value)
+
+
+def as_timestamp(value: Any, what: str = "as_of") -> dt.datetime:
+    """A point in time: a ``datetime`` / ``pandas.Timestamp`` or ISO 8601 text (naive = UTC).
+
+    >>> as_timestamp("2024-01-02T03:04:05+00:00")
+    datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    """
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise _bad(what, "a datetime or an ISO 8601 timestamp", value) from exc
+    if not isinstance(value, dt.datetime) or value != value:  # NaT is a datetime that is not equal to itself
+        raise _bad(what, "a datetime or an ISO 8601 timestamp", value)
+    return value
+
+
+def as_delete_scope(value: Any, dataset: str) -> tuple[Mapping[str, Any], ...] | None:
+    """``[{partition column: value}, ...]`` as a tuple of non-empty dicts with str keys."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise _bad(f"dataset {dataset!r}: delete_scope", "a list of {partition column: value} dicts", value)
+    scopes = tuple(value)
+    for scope in scopes:
+        if not isinstance(scope, Mapping) or not scope or not all(isinstance(c, str) for c in scope):
+            raise InvalidArgumentError(
+                f"dataset {dataset!r}: each delete scope must be a non-empty dict of partition column names to "
+                f"values, got {short_repr(scope)}"
+            )
+    return scopes
