@@ -683,6 +683,20 @@ def test_columns_projection_keeps_order(pred_store, pred_df):
     assert t.schema.names == ["q", "s"]
 
 
+@pytest.mark.parametrize("pred", [None, [[("s", "==", "s2"), ("q", "==", 1)]], [[("p", "==", "a")]]],
+                         ids=["all", "plain-column", "partition-column"])
+def test_no_columns_still_counts_rows(pred_store, pred_df, pred):
+    """``columns=[]`` reads no column but every matching row (a row count), in every read call."""
+    want = len(oracle_ids(pred_df, pred)) if pred else len(pred_df)
+    assert kstore.read_dataset(pred_store, PRED_UUID, columns=[], predicates=pred).shape == (want, 0)
+    t = kstore.read_dataset(pred_store, PRED_UUID, columns=[], predicates=pred, as_arrow=True)
+    assert (t.num_rows, t.num_columns) == (want, 0)
+    t = kstore.read_table(pred_store, PRED_UUID, columns=[], predicates=pred)
+    assert (t.num_rows, t.num_columns) == (want, 0)
+    frames = list(kstore.iter_dataset(pred_store, PRED_UUID, columns=[], predicates=pred))
+    assert sum(len(f) for f in frames) == want and all(f.shape[1] == 0 for f in frames)
+
+
 def test_as_arrow_equals_pandas_read(pred_store):
     pred = [[("x", ">=", 2)]]
     t = kstore.read_dataset(pred_store, PRED_UUID, predicates=pred, as_arrow=True)
@@ -736,6 +750,24 @@ def test_iter_dataset_yields_one_frame_per_partition(pred_store, pred_df):
     assert sorted(pd.concat(frames)["id"]) == oracle_ids(pred_df, pred)
     tables = list(kstore.iter_dataset(pred_store, PRED_UUID, as_arrow=True, predicates=[[("p", "==", "a")]]))
     assert len(tables) == 4 and all(isinstance(t, pa.Table) for t in tables)
+
+
+def test_iter_dataset_frames_share_dtypes(store_url):
+    """A null in one file only: every frame of ``iter_dataset`` reads the int/bool columns
+    as Int64/boolean (and the null-free file's frame too); values exact."""
+    first = pa.table({"id": [0, 1], "n": pa.array([1, 2 ** 40]), "bo": pa.array([True, False])})
+    second = pa.table({"id": [2, 3], "n": pa.array([None, 4], pa.int64()), "bo": pa.array([None, False])})
+    kstore.store_dataset(store_url, "nulls", [first, second])
+    frames = list(kstore.iter_dataset(store_url, "nulls"))
+    assert len(frames) == 2
+    assert all(f.dtypes.to_dict() == {"id": np.dtype("int64"), "n": pd.Int64Dtype(), "bo": pd.BooleanDtype()}
+               for f in frames)
+    got = by_id(pd.concat(frames, ignore_index=True))
+    assert [None if v is pd.NA else v for v in got["n"]] == [1, 2 ** 40, None, 4]
+    assert [None if v is pd.NA else v for v in got["bo"]] == [True, False, None, False]
+    assert int((got["bo"] == False).sum()) == 2  # noqa: E712
+    # the eager read: one frame, the same dtypes
+    assert kstore.read_dataset(store_url, "nulls").dtypes.to_dict() == frames[0].dtypes.to_dict()
 
 
 def test_plan_read_prunes_by_partition_and_index(pred_store, pred_df, file_rows):
