@@ -21,7 +21,7 @@ import pyarrow.types as pat
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
-from kstore.errors import CorruptMetadataError, KeyNotFoundError
+from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTypeError
 from kstore.io.store import Store
 
 __all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "nullable_columns", "empty_table"]
@@ -47,6 +47,12 @@ def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: 
                 try:
                     col = col.cast(t)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    if pat.is_timestamp(col.type) and pat.is_timestamp(t):
+                        raise UnsupportedTypeError(
+                            f"dataset {dataset!r}: column {name!r} in {key!r} holds {col.type} values with "
+                            f"nanoseconds, which kstore reads as {t} (microseconds); read that file with "
+                            "pyarrow to keep them"
+                        ) from exc
                     raise CorruptMetadataError(
                         f"dataset {dataset!r}: column {name!r} in {key!r} is {col.type}, "
                         f"which does not convert to the dataset type {t}"
@@ -152,7 +158,7 @@ def to_pandas(
 ):
     """Arrow -> pandas the way kartothek users expect.
 
-    Dates become ``datetime64[ns]`` unless ``dates_as_object``; ``categoricals`` columns
+    Dates become ``datetime64[us]`` unless ``dates_as_object``; ``categoricals`` columns
     become pandas categoricals; nullable dtypes recorded in the dataset's pandas metadata
     (``Int64``, ``boolean``) are restored. Integer and bool columns in ``nullable`` become
     pandas' nullable dtypes (``Int64`` / ``UInt64`` / ``boolean``) whatever the data; with
@@ -181,7 +187,7 @@ def to_pandas(
     arrays, fields = [], []
     for f, col in zip(table.schema, table.columns):
         if pat.is_date32(f.type) and not dates_as_object:
-            col = col.cast(pa.timestamp("ns"))
+            col = col.cast(pa.timestamp("us"))  # 0001-01-01 .. 9999-12-31 fit (ns would not)
         if f.name in categoricals and not pat.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         arrays.append(col)

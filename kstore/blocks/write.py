@@ -95,8 +95,36 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
             table = table.drop_columns([n])
     target = storage_schema(table.schema)
     if not target.equals(table.schema, check_metadata=False):
-        table = table.cast(target)
+        table = _cast_columns(table, target, dataset)
     return table
+
+
+def _cast_columns(table: pa.Table, target: pa.Schema, dataset: str) -> pa.Table:
+    """Cast each column to its storage type; a value the storage type cannot hold exactly
+    (a timestamp with nanoseconds) is refused, naming the column and the value."""
+    arrays = []
+    for name, col, f in zip(table.column_names, table.columns, target):
+        if col.type.equals(f.type):
+            arrays.append(col)
+            continue
+        try:
+            arrays.append(col.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UnsupportedTypeError(
+                f"dataset {dataset!r}: column {name!r} is {col.type}, stored as {f.type}, and holds values "
+                f"that type cannot hold exactly{_example(col)}; kstore stores timestamps in "
+                f"microseconds (as Spark and kartothek): round them first, e.g. df[{name!r}].dt.floor('us')"
+            ) from exc
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _example(col: pa.ChunkedArray) -> str:
+    """`` such as <value>``: the first timestamp with nanoseconds (empty when there is none)."""
+    if not pat.is_timestamp(col.type) or col.type.unit != "ns":
+        return ""
+    lost = pc.not_equal(col, pc.floor_temporal(col, unit="microsecond")).fill_null(False)
+    idx = pc.index(lost, True).as_py()
+    return f" such as {col[idx]}" if idx >= 0 else ""
 
 
 def iter_tables(data: Any, *, dataset: str = "?") -> Iterator[pa.Table]:

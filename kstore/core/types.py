@@ -8,6 +8,13 @@ dictionary<T> -> norm(T), list<T> -> list<norm(T)>, large/view string and binary
 string/binary, timestamps -> timestamp[us, tz]. Two schemas are compatible when their
 normalized types match per column; ``null`` (all values missing) matches anything.
 
+Timestamps are microseconds everywhere: in ``_common_metadata``, in index, statistics and
+data files, and in what readers return. ``timestamp[us]`` holds every value Spark can
+(0001-01-01 .. 9999-12-31 23:59:59.999999) and pandas >= 2 reads it as
+``datetime64[us]``; nanoseconds would end in 1677 / 2262. Input in other units is
+converted exactly; a value with nanoseconds is refused before anything is written
+(:func:`storage_type`, ``kstore.blocks.write.to_arrow``).
+
 Examples
 --------
 >>> import pyarrow as pa
@@ -72,11 +79,17 @@ def _unsupported(t: pa.DataType, column: str | None) -> UnsupportedTypeError:
 
 
 def storage_type(t: pa.DataType, column: str | None = None) -> pa.DataType:
-    """The physical type written to data files: large/view types become their plain forms.
+    """The physical type written to data files: large/view types become their plain forms,
+    timestamps microseconds (zone kept).
 
     kartothek 5.3 runs on pyarrow 6 and cannot read ``large_string``, ``string_view``,
     ``large_binary`` or ``large_list`` (FORMAT.md A). Dictionaries stay dictionaries.
+
+    >>> storage_type(pa.timestamp("ns", "Europe/Berlin"))
+    TimestampType(timestamp[us, tz=Europe/Berlin])
     """
+    if pat.is_timestamp(t):
+        return t if t.unit == "us" else pa.timestamp("us", t.tz)
     if pat.is_large_string(t) or pat.is_string_view(t):
         return pa.string()
     if pat.is_large_binary(t) or pat.is_binary_view(t):
@@ -146,11 +159,8 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def read_type(t: pa.DataType) -> pa.DataType:
-    """The type a reader returns for a normalized type: timestamps in ns, as pandas has them."""
-    if pat.is_timestamp(t):
-        return pa.timestamp("ns", t.tz)
-    if pat.is_list(t):
-        return pa.list_(pa.field("item", read_type(t.value_type)))
+    """The type a reader returns for a normalized type: the normalized type itself
+    (timestamps in microseconds, so 0001-01-01 .. 9999-12-31 read exactly)."""
     return t
 
 
@@ -443,8 +453,8 @@ def _pandas_type(t: pa.DataType) -> tuple[str, str, dict | None]:
         return "date", "object", None
     if pat.is_timestamp(t):
         if t.tz is not None:
-            return "datetimetz", "datetime64[ns]", {"timezone": t.tz}
-        return "datetime", "datetime64[ns]", None
+            return "datetimetz", f"datetime64[{t.unit}]", {"timezone": t.tz}
+        return "datetime", f"datetime64[{t.unit}]", None
     if pat.is_list(t):
         inner, _, _ = _pandas_type(t.value_type)
         return f"list[{inner}]", "object", None

@@ -221,21 +221,9 @@ def to_storage(batches: list[pa.RecordBatch], target: pa.Schema) -> pa.Table:
     return table.cast(target)
 
 
-def _has_timestamp(t: pa.DataType) -> bool:
-    if pat.is_timestamp(t):
-        return True
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _has_timestamp(t.value_type)
-    if pat.is_struct(t):
-        return any(_has_timestamp(f.type) for f in t)
-    return False
-
-
 def _cast(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.ChunkedArray | pa.Array:
-    if col.type.equals(t):
-        return col
-    # nanoseconds -> Spark's microseconds: truncate (Spark cannot hold ns)
-    return pc.cast(col, t, safe=not _has_timestamp(t))
+    """Safe casts only: a value that does not fit the Spark type raises (never truncated)."""
+    return col if col.type.equals(t) else pc.cast(col, t)
 
 
 def to_spark_batches(table: pa.Table, target: pa.Schema, max_rows: int) -> list[pa.RecordBatch]:

@@ -159,7 +159,7 @@ def test_round_trip(scheduler, url):
     pd.testing.assert_frame_equal(by_id(got)[df.columns], by_id(df), check_dtype=False)
     # meta is the computed dtypes, exactly
     assert ddf.dtypes.to_dict() == got.dtypes.to_dict()
-    assert got["n"].dtype == pd.Int64Dtype() and got["d"].dtype == np.dtype("datetime64[ns]")
+    assert got["n"].dtype == pd.Int64Dtype() and got["d"].dtype == np.dtype("datetime64[us]")
     assert got["x"].dtype == np.dtype("int64") and got["b"].dtype == np.dtype("bool")
 
 

@@ -322,7 +322,7 @@ def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, be
     ks.store_dataset(df, store, "tz", secondary_indices=["ts"])
     pdf = kstore.read_dataset(store, "tz").sort_values("id")
     assert list(pdf["ts"]) == [pd.Timestamp(t) for t in instants]  # UTC instants
-    assert str(pdf["ts"].dtype) == "datetime64[ns, UTC]"
+    assert str(pdf["ts"].dtype) == "datetime64[us, UTC]"
     assert list(pdf["ntz"]) == [pd.Timestamp(t.replace(tzinfo=None)) for t in instants]
     back = ks.read_dataset(spark, store, "tz")
     assert_rows_equal(back.collect(), df.collect())
@@ -335,6 +335,44 @@ def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, be
     assert sorted(r.id for r in later.collect()) == [k for k, t in enumerate(instants)
                                                     if t >= dt.datetime(2024, 10, 27, 2, tzinfo=UTC)]
     assert [r.id for r in back.filter("ntz = timestamp_ntz'2024-10-27 01:30:00'").collect()] == [2]
+
+
+def extremes_frame(spark):
+    lo, hi = dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    rows = [(0, hi, hi.replace(tzinfo=None), dt.date(9999, 12, 31), "open"),
+            (1, lo, lo.replace(tzinfo=None), dt.date(1, 1, 1), "first"),
+            (2, dt.datetime(1677, 9, 21, tzinfo=UTC), dt.datetime(2262, 4, 12), dt.date(1970, 1, 1), "ns-edge"),
+            (3, None, None, None, "open")]
+    return spark.createDataFrame(rows, "id long, valid_to timestamp, ntz timestamp_ntz, d date, kind string")
+
+
+@pytest.mark.parametrize("how", ["store_dataset", "datasource"])
+def test_timestamps_and_dates_at_the_extremes(spark, store, how):
+    """``valid_to = 9999-12-31 23:59:59.999999`` and year 1: written from Spark (statistics
+    included), read back exactly in Spark (pushed and not) and in pandas."""
+    df = extremes_frame(spark)
+    if how == "store_dataset":
+        ks.store_dataset(df, store, "ext", partition_on=["kind"], secondary_indices=["valid_to"])
+    else:
+        (df.write.format("kstore").option("dataset_uuid", "ext").option("partition_on", "kind")
+           .option("secondary_indices", "valid_to").mode("overwrite").save(store))
+    back = ks.read_dataset(spark, store, "ext")
+
+    def canon(d):  # PySpark cannot collect year-1 TimestampType values (local-time conversion)
+        return d.selectExpr("id", "unix_micros(valid_to) AS valid_to", "ntz", "d", "kind").collect()
+
+    assert_rows_equal(canon(back), canon(df))
+    for cond in ["valid_to = timestamp'9999-12-31 23:59:59.999999+00:00'", "valid_to < timestamp'1677-09-21 00:00:00+00:00'",
+                 "ntz > timestamp_ntz'2262-04-11 00:00:00'", "d = DATE'0001-01-01'", "d > DATE'2262-04-11'"]:
+        got = sorted(r.id for r in back.filter(cond).select("id").collect())
+        assert got == sorted(r.id for r in df.filter(cond).select("id").collect()), cond
+    pushed = ks.read_dataset(spark, store, "ext", predicates=[[("valid_to", ">", dt.datetime(2262, 4, 12, tzinfo=UTC))]])
+    assert [r.id for r in pushed.select("id").collect()] == [0]
+    pdf = kstore.read_dataset(store, "ext").sort_values("id")
+    assert pdf["valid_to"].tolist()[:3] == [pd.Timestamp("9999-12-31 23:59:59.999999", tz="UTC"),
+                                            pd.Timestamp("0001-01-01", tz="UTC"), pd.Timestamp("1677-09-21", tz="UTC")]
+    assert pdf["ntz"].tolist()[:2] == [pd.Timestamp("9999-12-31 23:59:59.999999"), pd.Timestamp("0001-01-01")]
+    assert pdf["d"].tolist()[:2] == [pd.Timestamp("9999-12-31"), pd.Timestamp("0001-01-01")]
 
 
 # ---------------------------------------------------------------------------------------
