@@ -48,6 +48,9 @@ from kstore.errors import (
 )
 
 __all__ = [
+    "TYPE_HINT_KEYS",
+    "SPARK_SCHEMA_KEY",
+    "drop_stale_type_hints",
     "normalize_type",
     "normalize_schema",
     "storage_type",
@@ -63,6 +66,30 @@ __all__ = [
     "with_pandas_metadata",
     "describe",
 ]
+
+
+#: User-metadata key in which kstore.spark records the Spark schema of a dataset Spark wrote.
+SPARK_SCHEMA_KEY = "spark_schema"
+#: User-metadata keys in which an engine records column types narrower than the dataset
+#: schema (Spark's ``int`` / ``float`` where the dataset holds int64 / float64). Only that
+#: engine keeps them true; another writer's values may not fit them.
+TYPE_HINT_KEYS = (SPARK_SCHEMA_KEY,)
+
+
+def drop_stale_type_hints(base: Mapping[str, Any], metadata: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The user metadata of a write into a dataset with user metadata ``base``: type hints
+    the write does not refresh itself are cleared (set to None), since its values may not
+    fit them (a pandas ``2**40`` appended to a Spark ``int`` column).
+
+    >>> drop_stale_type_hints({"spark_schema": "{...}", "owner": "me"}, {"x": 1})
+    {'x': 1, 'spark_schema': None}
+    >>> drop_stale_type_hints({"owner": "me"}, None) is None
+    True
+    """
+    stale = [k for k in TYPE_HINT_KEYS if base.get(k) is not None and k not in (metadata or {})]
+    if not stale:
+        return metadata
+    return {**(metadata or {}), **dict.fromkeys(stale)}
 
 
 def describe(t: pa.DataType) -> str:
@@ -354,8 +381,9 @@ def _bad_literal(column: str, t: pa.DataType, value: Any, dataset: str | None) -
 def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None = None) -> Any:
     """Normalize one predicate literal to a Python value comparable with column type ``t``.
 
-    ``datetime.date`` or ISO strings against date columns, ints against uint64, naive
-    datetimes against tz-aware timestamps (read as wall time in the column's zone) are
+    ``datetime.date`` or ISO strings against date columns, ints against uint64, ``Decimal``
+    against any numeric column, naive datetimes against tz-aware timestamps (read as wall
+    time in the column's zone) are
     accepted; what cannot be compared (a string against an int column) raises
     :class:`~kstore.errors.InvalidPredicateError` naming the column and the value.
 
@@ -384,8 +412,12 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
             if pat.is_integer(t) and float(value).is_integer():
                 return int(value)
             return float(value)
-        if isinstance(value, Decimal) and pat.is_decimal(t):
-            return value
+        if isinstance(value, Decimal):  # e.g. JSON predicates parsed exactly
+            if pat.is_decimal(t):
+                return value
+            if pat.is_integer(t) and value.is_finite() and value == value.to_integral_value():
+                return int(value)
+            return float(value)
         raise _bad_literal(column, t, value, dataset)
     if pat.is_string(t) or pat.is_large_string(t):
         if isinstance(value, str):

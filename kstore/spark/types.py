@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from pyspark.sql import types as T
 
-from kstore.core.types import normalize_type
+from kstore.core.types import SPARK_SCHEMA_KEY, normalize_type
 from kstore.errors import UnsupportedTypeError
 
 __all__ = [
@@ -66,11 +66,10 @@ __all__ = [
     "to_storage",
     "to_spark_batches",
     "schema_hint",
+    "dataset_type",
     "SPARK_SCHEMA_KEY",
 ]
 
-#: User-metadata key holding the Spark schema (JSON) of a dataset Spark wrote.
-SPARK_SCHEMA_KEY = "spark_schema"
 
 _SUPPORTED = (
     "boolean, byte, short, int, long, float, double, decimal, string, binary, date, "
@@ -185,6 +184,16 @@ def schema_hint(metadata: Mapping[str, Any] | None) -> T.StructType | None:
     except (ValueError, KeyError, TypeError):
         return None
     return parsed
+
+
+def dataset_type(t: pa.DataType, column: str = "?") -> T.DataType:
+    """The Spark type of a normalized dataset type (``int64`` -> ``long``, ``float64`` ->
+    ``double``): what Spark reads a column as when no narrower type is recorded.
+
+    >>> dataset_type(normalize_type(pa.float32())).simpleString()
+    'double'
+    """
+    return _to_spark(t, column)
 
 
 def _hint_fits(hinted: T.DataType, t: pa.DataType, column: str) -> bool:

@@ -510,6 +510,11 @@ ACCEPT = [
     (dt.datetime(2024, 1, 2, 3), UTC, pd.Timestamp("2024-01-02 03:00", tz="UTC")),
     (pd.Timestamp("2024-01-02 03:00:00.000000001"), NAIVE, pd.Timestamp("2024-01-02 03:00:00.000000001")),
     (Decimal("1.5"), pa.decimal128(5, 2), Decimal("1.5")),
+    # Decimal literals (JSON predicates are parsed exactly) against int and float columns
+    (Decimal("123456789012345678901"), pa.uint64(), 123456789012345678901),
+    (Decimal("3.0"), pa.int64(), 3),
+    (Decimal("2.5"), pa.int64(), 2.5),
+    (Decimal("0.1"), pa.float64(), 0.1),
     ("x", pa.dictionary(pa.int8(), pa.string()), "x"),
 ]
 

@@ -12,7 +12,9 @@ What is checked:
   and ``df.write.format("kstore")``, and the same values through pandas, Dask and plateau;
 * modes (error / append / overwrite / overwrite_partitions), ``update_dataset`` with
   ``delete_scope``, idempotent ``txn``, time travel (``version`` / ``as_of``);
-* filter pushdown: the files opened (logged by the store) are exactly the planned ones;
+* planning: with ``predicates`` the files opened (logged by the store) are exactly the
+  planned ones; ``.filter`` results are exact however Spark reuses a DataFrame's read plan
+  (unions, self-joins, repeated actions); decimal(38, s) literals; unknown options refused;
 * failures: unsupported types fail before any file is written; a task failure mid-write
   leaves the dataset unchanged (and GC removes what the other tasks wrote); a retried
   task's first attempt leaves nothing in the committed version.
@@ -571,27 +573,42 @@ def push_rows() -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "spark_filter, python_filter, files",
+    "spark_filter, dnf, python_filter, files, pushed_files",
     [
-        ("loc = 15", lambda r: r["loc"] == 15, 1),  # secondary index
-        ("p = 'c'", lambda r: r["p"] == "c", 1),  # partition value
-        ("loc IN (1, 35)", lambda r: r["loc"] in (1, 35), 2),
-        ("loc >= 30", lambda r: r["loc"] >= 30, 1),  # index range
-        ("loc < 12 AND p <> 'a'", lambda r: r["loc"] < 12 and r["p"] != "a", 1),
-        ("z IS NULL", lambda r: r["z"] is None, 1),  # statistics: only p=d has nulls
-        ("z = 'z1' AND loc = 22", lambda r: r["z"] == "z1" and r["loc"] == 22, 1),
-        ("day = DATE'2024-01-02'", lambda r: r["day"] == dt.date(2024, 1, 2), 1),  # statistics
-        ("loc % 2 = 0", lambda r: r["loc"] % 2 == 0, 4),  # not pushable: Spark filters
-        ("loc = 15 OR p = 'a'", lambda r: r["loc"] == 15 or r["p"] == "a", 4),  # Spark pushes no OR
+        ("loc = 15", [[("loc", "==", 15)]], lambda r: r["loc"] == 15, 1, 1),  # secondary index
+        ("p = 'c'", [[("p", "==", "c")]], lambda r: r["p"] == "c", 1, 1),  # partition value
+        ("loc IN (1, 35)", [[("loc", "in", [1, 35])]], lambda r: r["loc"] in (1, 35), 2, 2),
+        ("loc >= 30", [[("loc", ">=", 30)]], lambda r: r["loc"] >= 30, 1, 1),  # index range
+        ("loc < 12 AND p <> 'a'", [[("loc", "<", 12), ("p", "!=", "a")]],
+         lambda r: r["loc"] < 12 and r["p"] != "a", 1, 1),
+        ("z IS NULL", [[("z", "is null")]], lambda r: r["z"] is None, 1, 1),  # statistics: only p=d has nulls
+        ("z = 'z1' AND loc = 22", [[("z", "==", "z1"), ("loc", "==", 22)]],
+         lambda r: r["z"] == "z1" and r["loc"] == 22, 1, 1),
+        ("day = DATE'2024-01-02'", [[("day", "==", dt.date(2024, 1, 2))]],
+         lambda r: r["day"] == dt.date(2024, 1, 2), 1, 1),  # statistics
+        ("loc % 2 = 0", None, lambda r: r["loc"] % 2 == 0, 4, 4),  # not a kstore predicate
+        ("loc = 15 OR p = 'a'", [[("loc", "==", 15)], [("p", "==", "a")]],
+         lambda r: r["loc"] == 15 or r["p"] == "a", 2, 4),  # Spark pushes no OR
     ],
 )
-def test_pushdown_prunes_files(spark, store, pushed, spark_filter, python_filter, files):
+def test_predicates_prune_files_and_filters_are_exact(spark, store, pushed, spark_filter, dnf, python_filter, files,
+                                                     pushed_files):
+    """``predicates`` (kstore's planner) open only the planned files; ``.filter`` gives the
+    same rows. Spark 4.3 shares a pushed read plan between the scans of a DataFrame, so
+    there kstore takes no ``.filter`` pushdown (every file is read, Spark filters); where
+    scans keep their own plan, pushed filters prune like predicates."""
     expected = sorted(r["id"] for r in push_rows() if python_filter(r))
-    df = ks.read_dataset(spark, pushed, "push").filter(spark_filter)
+    df = ks.read_dataset(spark, pushed, "push", predicates=dnf)
+    if dnf is None:
+        df = df.filter(spark_filter)
     assert sorted(r.id for r in df.collect()) == expected
     opened = pushed.keys()
     assert len(opened) == files, opened
     assert all("/p=" in k for k in opened) and len(set(opened)) == len(opened)
+    pushed.reset()
+    df = ks.read_dataset(spark, pushed, "push").filter(spark_filter)
+    assert sorted(r.id for r in df.collect()) == expected
+    assert len(pushed.keys()) == (pushed_files if ks.scans_keep_own_read_plan(spark) else 4)
 
 
 def test_negated_filters_are_exact(spark, store, pushed):
@@ -626,19 +643,171 @@ def test_pushdown_with_predicates_option_and_reuse(spark, store, pushed):
     assert base.filter("p = 'a'").count() == PUSH_N // 4
 
 
-@pytest.mark.xfail(strict=True, reason="Spark 4.3 reuses a pushed-down scan's cached read plan for a later query "
-                   "on the same DataFrame that pushes no filter; kstore.spark.read_dataset guards against it")
 def test_plain_load_reused_without_filters(spark, store, pushed):
+    """Spark 4.3 keeps a pushed scan's read plan on the relation and reuses it for a later
+    query on the same DataFrame that pushes no filter; the plan must hold every row."""
     df = spark.read.format("kstore").option("dataset_uuid", "push").load(store)
     assert df.filter("loc = 15").count() == 10
-    assert df.count() == PUSH_N  # Spark 4.3.0: 10 (the plan of the previous query)
+    assert df.count() == PUSH_N  # Spark 4.3.0 with kstore's pushdown: 10 (the previous query's plan)
+    assert df.filter("p = 'a'").count() == PUSH_N // 4
 
 
-def test_plain_load_pushes_filters(spark, store, pushed):
+def test_plain_load_filters_are_exact(spark, store, pushed):
     df = spark.read.format("kstore").option("dataset_uuid", "push").load(ks.store_option(pushed))
     assert sorted(r.id for r in df.filter("loc = 15").collect()) == [k for k in range(PUSH_N)
                                                                      if k % 4 == 1 and (k // 4) % 10 == 5]
-    assert len(pushed.keys()) == 1
+    assert len(pushed.keys()) == (1 if ks.scans_keep_own_read_plan(spark) else 4)
+
+
+def reuse_dataset(spark, store):
+    ks.store_dataset(spark.range(100).selectExpr("id", "cast(id % 10 as int) as loc"), store, "d",
+                     partition_on=["loc"])
+
+
+@pytest.mark.parametrize("load", ["read_dataset", "format"])
+def test_union_and_self_join_of_one_dataframe_are_exact(spark, store, load):
+    """Spark plans the pushdown of both sides on the same relation and reads one plan twice."""
+    reuse_dataset(spark, store)
+    if load == "read_dataset":
+        d = ks.read_dataset(spark, store, "d")
+    else:
+        d = spark.read.format("kstore").option("dataset_uuid", "d").load(store)
+    src = spark.range(100).selectExpr("id", "cast(id % 10 as int) as loc").cache()
+    cases = [
+        (lambda x: x.filter("loc = 3").union(x), 110),
+        (lambda x: x.union(x.filter("loc = 3")), 110),
+        (lambda x: x.filter("loc < 5").join(x.filter("loc >= 5"), "id"), 0),
+        (lambda x: x.filter("loc < 5").join(x.filter("loc < 7"), "id"), 50),
+        (lambda x: x.filter("loc < 7").join(x.filter("loc < 5"), "id"), 50),
+        (lambda x: x.filter("loc = 1").union(x.filter("loc = 2")).union(x.filter("id >= 95")), 25),
+    ]
+    for make, want in cases:
+        assert make(src).count() == want  # Spark on the source: the oracle
+        assert make(d).count() == want
+        assert sorted(r.id for r in make(d).select("id").collect()) == sorted(r.id for r in make(src).select("id")
+                                                                               .collect())
+    # repeated actions on one DataFrame, with and without filters
+    for _ in range(2):
+        assert d.count() == 100 and d.filter("loc = 9").count() == 10 and d.filter("id < 10").count() == 10
+
+
+def test_scoped_reader_pushdown_prunes_and_reports_exact_terms_only(spark, store, pushed):
+    """What a Spark that keeps read plans per scan gets: the reader prunes by the pushed
+    filters and hands back every filter it does not evaluate exactly (a decimal literal
+    PySpark may have rounded, floats)."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+
+    from kstore.spark.datasource import KstoreDataSource
+
+    source = KstoreDataSource({"path": store, "dataset_uuid": "push"})
+    reader = source.reader(source.schema())
+    keep = [EqualTo(("loc",), 15), GreaterThan(("id",), 3), EqualTo(("nope",), 1)]
+    assert list(reader.pushFilters(keep)) == [keep[2]]
+    parts = reader.partitions()
+    assert sum(len(p.plan.tasks) for p in parts) == 1
+    rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in push_rows() if r["loc"] == 15 and r["id"] > 3)
+    from kstore.spark.reader import filter_to_term
+
+    dec = pa.schema([("d", pa.decimal128(38, 10)), ("f", pa.float64())])
+    rounded = Decimal("123456789012345678901234567.0")  # 28 digits: what PySpark's context leaves
+    assert filter_to_term(EqualTo(("d",), rounded), dec) == (None, False)
+    assert filter_to_term(In(("d",), (Decimal("1.5"), rounded)), dec) == (None, False)
+    term, exact = filter_to_term(EqualTo(("d",), Decimal("1.5")), dec)
+    assert term.value == Decimal("1.5") and exact
+    assert filter_to_term(GreaterThan(("f",), 1.5), dec)[1] is False
+
+
+DEC = [Decimal("123456789012345678901234567.0123456789"), Decimal("123456789012345678901234567.0123456788"),
+       Decimal("-9999999999999999999999999999.9999999999"), Decimal("1.5"), None]
+
+
+def test_decimal_38_filters_are_exact(spark, store):
+    """decimal(38,10) literals keep all 38 digits (PySpark rounds pushed ones to 28):
+    Spark filters, the predicates option (list and JSON) and pandas agree with Spark's
+    own filtering of the source."""
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(DEC)], "id long, dec decimal(38,10)")
+    ks.store_dataset(df, store, "dec", secondary_indices=["id"])
+    back = ks.read_dataset(spark, store, "dec")
+    big = "123456789012345678901234567.0123456789"
+    for cond in [f"dec = {big}", f"dec < {big}", f"dec IN ({big})", f"dec != {big}", f"dec >= {big}",
+                 f"NOT dec IN ({big}, 1.5)", "dec > -9999999999999999999999999999.9999999998"]:
+        want = sorted(r.id for r in df.filter(cond).collect())
+        assert sorted(r.id for r in back.filter(cond).collect()) == want, cond
+    for op, lit in [("==", DEC[0]), ("<", DEC[0]), ("in", [DEC[0]]), ("!=", DEC[0]), (">", DEC[2])]:
+        want = sorted(i for i, v in enumerate(DEC) if v is not None and _cmp_py(v, op, lit))
+        got = ks.read_dataset(spark, store, "dec", predicates=[[("dec", op, lit)]])
+        assert sorted(r.id for r in got.collect()) == want, (op, lit)
+        assert sorted(kstore.read_dataset(store, "dec", predicates=[[("dec", op, lit)]])["id"]) == want
+    as_json = f'[[["dec", "==", {big}]]]'
+    got = spark.read.format("kstore").option("dataset_uuid", "dec").option("predicates", as_json).load(store)
+    assert [r.id for r in got.collect()] == [0]
+
+
+def _cmp_py(v, op, lit):
+    return {"==": v == lit, "<": v < lit, "!=": v != lit, ">": v > lit}[op] if op != "in" else v in lit
+
+
+@pytest.mark.parametrize("how", ["store_dataset", "datasource"])
+def test_appending_a_narrower_type_keeps_the_dataset_type(spark, store, how):
+    """float onto double, int onto long (holding 2**40), byte onto int: Spark reads every
+    row with the dataset's type, old rows exact."""
+    first = spark.createDataFrame([(1, 0.1, 2**40, 70000)], "id long, f double, l long, i int")
+    more = spark.createDataFrame([(2, 0.5, 3, 5)], "id long, f float, l int, i byte")
+    ks.store_dataset(first, store, "n")
+    if how == "store_dataset":
+        ks.update_dataset(more, store, "n")
+    else:
+        more.write.format("kstore").option("dataset_uuid", "n").mode("append").save(store)
+    back = ks.read_dataset(spark, store, "n")
+    assert {f.name: f.dataType for f in back.schema.fields} == {
+        "id": T.LongType(), "f": T.DoubleType(), "l": T.LongType(), "i": T.LongType()}
+    assert sorted((r.id, r.f, r.l, r.i) for r in back.collect()) == [(1, 0.1, 2**40, 70000), (2, 0.5, 3, 5)]
+    # the same type again keeps it; a new column keeps the written type
+    ks.update_dataset(spark.createDataFrame([(3, 1.0, 4, 6, 7)], "id long, f double, l long, i long, s short"),
+                      store, "n", schema_mode="merge")
+    assert ks.read_dataset(spark, store, "n").schema["s"].dataType == T.ShortType()
+
+
+def test_pandas_append_onto_spark_types_reads_exactly_in_spark(spark, store):
+    """A Spark ``int`` / ``float`` column, then pandas appends 2**40 and 0.1: Spark reads the
+    dataset types (long / double) from then on, every value exact."""
+    ks.store_dataset(spark.createDataFrame([(1, 5, 0.5)], "id long, i int, f float"), store, "pd")
+    assert ks.read_dataset(spark, store, "pd").schema["i"].dataType == T.IntegerType()
+    kstore.update_dataset(store, "pd", pd.DataFrame({"id": [2], "i": [2**40], "f": [0.1]}))
+    back = ks.read_dataset(spark, store, "pd")
+    assert back.schema["i"].dataType == T.LongType() and back.schema["f"].dataType == T.DoubleType()
+    assert sorted((r.id, r.i, r.f) for r in back.collect()) == [(1, 5, 0.5), (2, 2**40, 0.1)]
+    # pandas does not keep Spark's narrower types: the recorded Spark schema is dropped
+    assert kstore.load_metadata(store, "pd").metadata.get("spark_schema") is None
+
+
+def test_unknown_options_are_refused_and_delta_names_accepted(spark, store):
+    ks.store_dataset(frame(spark, range(3)), store, "o", partition_on="day")
+    ks.update_dataset(frame(spark, [10]), store, "o")
+    cut = dt.datetime.now(UTC)
+    ks.update_dataset(frame(spark, [20]), store, "o")
+
+    def ids(**opts):
+        reader = spark.read.format("kstore").option("dataset_uuid", "o")
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        return sorted(r.id for r in reader.load(store).collect())
+
+    assert ids(versionAsOf="0") == ids(version="0") == [0, 1, 2]
+    assert ids(VERSIONASOF="1") == [0, 1, 2, 10]
+    assert ids(timestampAsOf=cut.isoformat()) == ids(as_of=cut.isoformat()) == [0, 1, 2, 10]
+    for typo in ("verison", "partition_on", "versionasof ", "snapshot"):
+        with pytest.raises(Exception, match=r"no read option .*read options: as_of, columns, dataset_uuid"):
+            ids(**{typo: "0"})
+    with pytest.raises(Exception, match=r"did you mean 'version'"):
+        ids(verison="0")
+    with pytest.raises(Exception, match="option 'version' twice"):
+        ids(version="0", versionAsOf="0")
+    with pytest.raises(Exception, match=r"no write option 'partitionon'.*write options: chunk_bytes"):
+        (frame(spark, [1]).write.format("kstore").option("dataset_uuid", "o").option("partitionOn", "day")
+            .mode("append").save(store))
+    assert ids() == [0, 1, 2, 10, 20]
 
 
 def test_partitions_group_small_files(spark, store):
