@@ -547,7 +547,11 @@ def read_dataset(
     :func:`kstore.read_dataset`) prune partitions by partition values, secondary indices
     and statistics, and each remaining file becomes one Dask partition (with
     ``dispatch_by``: one Dask partition per distinct value combination of those partition
-    columns). ``meta`` comes from the schema, so its dtypes match the computed data; Dask's
+    columns). ``meta`` comes from the schema and the per-file statistics (1 get), and
+    every partition has exactly its dtypes: an integer or bool column that may hold a null
+    in any planned file is ``Int64`` / ``boolean`` in all of them; binary, decimal, list
+    and struct columns are ``pd.ArrowDtype`` (Dask would turn object columns into
+    strings). ``columns=[]`` reads no column but every row (``len(ddf)`` counts). Dask's
     optimizer pushes column selections into the Parquet reads.
 
     Examples

@@ -45,16 +45,10 @@ UUID = "sales"
 N = 240
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", silence_logs=40)
-    c = distributed.Client(cluster, set_as_default=False)
-    try:
-        yield c
-    finally:
-        c.close()
-        cluster.close()
+@pytest.fixture
+def client(dask_cluster_client):
+    """The worker's process cluster (tests/conftest.py): 2 worker processes, 1 thread each."""
+    return dask_cluster_client
 
 
 @pytest.fixture(params=["distributed", "threads"])
