@@ -6,8 +6,9 @@ Local mode, embedded local store (a directory). Steps:
    ``kstore.spark.store_dataset`` writes it partitioned on ``day`` with an inverted index
    on ``location``: executors write the Parquet files, the driver makes one commit.
 2. The query ``location == 7`` is planned by kstore (files kept / pruned, store calls),
-   then run through Spark (the ``kstore`` data source: the filter is pushed down to the
-   planner, Spark reads only the planned files) and through pandas (``kstore.read_dataset``).
+   then run through Spark (``kstore.spark.read_dataset`` with ``predicates``: the
+   ``kstore`` data source plans them, Spark reads only the planned files) and through
+   pandas (``kstore.read_dataset``).
 3. ``df.write.format("kstore")`` appends one more day; a time-travel read of version 0
    shows the dataset as it was before.
 
@@ -94,9 +95,9 @@ def main() -> None:
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
-        sdf = spark.read.format("kstore").option("dataset_uuid", "sales").load(store).filter("location = 7")
+        sdf = ks.read_dataset(spark, store, "sales", predicates=predicates)
         agg = sdf.agg(F.count("*").alias("rows"), F.sum("qty").alias("qty")).collect()[0]
-        print(f"\n[spark] filter pushed to kstore: {agg.rows} rows, sum(qty) = {agg.qty} "
+        print(f"\n[spark] predicates planned by kstore: {agg.rows} rows, sum(qty) = {agg.qty} "
               f"in {time.perf_counter() - t0:.2f}s")
         t0 = time.perf_counter()
         pdf = kstore.read_dataset(store, "sales", predicates=predicates)

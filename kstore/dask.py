@@ -32,6 +32,7 @@ import time
 import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 import dask
@@ -42,14 +43,14 @@ import pyarrow as pa
 from dask.dataframe.utils import pyarrow_strings_enabled
 
 from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
-from kstore.blocks.read import empty_table, read_task, to_pandas
+from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.types import merge_schemas
-from kstore.eager import load_metadata, plan_read
+from kstore.eager import load_metadata, plan_with_stats
 from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
@@ -454,32 +455,43 @@ def update_dataset(
 class _ReadPartition:
     """Read one Dask partition (a group of planned files); ``columns`` is Dask's projection."""
 
-    def __init__(self, factory: Callable[[], Store], plan: ReadPlan, arrow_strings: bool) -> None:
+    def __init__(self, factory: Callable[[], Store], plan: ReadPlan, arrow_strings: bool,
+                 nullable: frozenset[str]) -> None:
         self.factory = factory
         self.plan = replace(plan, tasks=())  # the tasks travel one group per Dask partition
         self.arrow_strings = arrow_strings
+        self.nullable = nullable
 
     def __dask_tokenize__(self) -> tuple:
         p = self.plan
         return ("kstore-read", repr(self.factory), p.dataset_uuid, p.version, p.table, repr(p.predicates), p.columns,
-                self.arrow_strings)
+                self.arrow_strings, sorted(self.nullable))
 
     def __call__(self, files: _Files, columns: Sequence[str] | None = None) -> pd.DataFrame:
         plan = self.plan
         cols = list(plan.columns if columns is None else columns)
         store = self.factory()
         tables = [read_task(store, plan, t, cols) for t in files.tasks]
-        table = pa.concat_tables(tables) if tables else empty_table(plan, cols)
-        return _to_pandas(table, plan.schema, self.arrow_strings)
+        table = concat_tables(tables) if tables else empty_table(plan, cols)
+        return _to_pandas(table, plan.schema, self.arrow_strings, self.nullable)
 
 
-def _to_pandas(table: pa.Table, schema: pa.Schema, arrow_strings: bool) -> pd.DataFrame:
-    """As the eager driver, but strings are ``string[pyarrow]`` when Dask converts strings
-    (its ``dataframe.convert-string`` option): Dask then has nothing left to convert."""
-    return to_pandas(table, schema, types_mapper=_ARROW_STRINGS.get if arrow_strings else None)
+def _to_pandas(table: pa.Table, schema: pa.Schema, arrow_strings: bool, nullable: frozenset[str]) -> pd.DataFrame:
+    """As the eager driver, with dtypes that Dask keeps as they are and that every partition
+    (and ``meta``) shares: integer/bool columns that may hold nulls anywhere in the read are
+    ``Int64``/``boolean`` in all of them; strings are ``string[pyarrow]`` when Dask converts
+    strings (its ``dataframe.convert-string`` option); binary, decimal, list and struct
+    columns are ``pd.ArrowDtype`` (as object columns Dask would turn them into strings)."""
+    return to_pandas(table, schema, types_mapper=partial(_dask_dtype, arrow_strings), nullable=nullable)
 
 
-_ARROW_STRINGS = {pa.string(): pd.StringDtype("pyarrow"), pa.large_string(): pd.StringDtype("pyarrow")}
+def _dask_dtype(arrow_strings: bool, t: pa.DataType) -> Any:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pd.StringDtype("pyarrow") if arrow_strings else None
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_decimal(t) or pa.types.is_list(t)
+            or pa.types.is_large_list(t) or pa.types.is_struct(t)):
+        return pd.ArrowDtype(t)
+    return None
 
 
 class _Files:
@@ -535,7 +547,11 @@ def read_dataset(
     :func:`kstore.read_dataset`) prune partitions by partition values, secondary indices
     and statistics, and each remaining file becomes one Dask partition (with
     ``dispatch_by``: one Dask partition per distinct value combination of those partition
-    columns). ``meta`` comes from the schema, so its dtypes match the computed data; Dask's
+    columns). ``meta`` comes from the schema and the per-file statistics (1 get), and
+    every partition has exactly its dtypes: an integer or bool column that may hold a null
+    in any planned file is ``Int64`` / ``boolean`` in all of them; binary, decimal, list
+    and struct columns are ``pd.ArrowDtype`` (Dask would turn object columns into
+    strings). ``columns=[]`` reads no column but every row (``len(ddf)`` counts). Dask's
     optimizer pushes column selections into the Parquet reads.
 
     Examples
@@ -551,11 +567,12 @@ def read_dataset(
     """
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version)
+    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, stats=True)
+    nullable = nullable_columns(plan, stats)
     arrow_strings = pyarrow_strings_enabled()
-    meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings)
+    meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)
     groups = _dispatch(plan, st, dispatch_by)
     if not groups:
         return dd.from_pandas(meta, npartitions=1)
-    return dd.from_map(_ReadPartition(factory, plan, arrow_strings), groups, meta=meta,
+    return dd.from_map(_ReadPartition(factory, plan, arrow_strings, nullable), groups, meta=meta,
                        label=f"kstore-read-{dataset_uuid}", enforce_metadata=False)

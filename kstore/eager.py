@@ -28,7 +28,7 @@ from kstore.blocks.job import (
     merge_worker_schemas,
     prepare_write,
 )
-from kstore.blocks.read import read_plan, read_task, to_pandas
+from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import as_bool, as_choice, as_timestamp, as_version
@@ -53,6 +53,7 @@ __all__ = [
     "read_table",
     "iter_dataset",
     "plan_read",
+    "plan_with_stats",
     "load_metadata",
     "read_schema",
     "index_lookup",
@@ -183,6 +184,23 @@ def plan_read(
     ``_common_metadata``, 1 per secondary index a predicate uses, 1 for statistics when a
     predicate column has no index. No listing of partitions.
     """
+    return plan_with_stats(store, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)[0]
+
+
+def plan_with_stats(
+    store: StoreLike,
+    dataset_uuid: str,
+    predicates: Any = None,
+    columns: Sequence[str] | None = None,
+    *,
+    version: int | None = None,
+    as_of: Any = None,
+    table: str | None = None,
+    stats: bool = False,
+) -> tuple[ReadPlan, pa.Table | None]:
+    """:func:`plan_read`, and the per-file statistics when the plan needed them or
+    ``stats=True`` asks for them (+1 get; readers of several frames use them to choose
+    one set of dtypes, :func:`kstore.blocks.read.nullable_columns`)."""
     counting = CountingStore(open_store(store))
     meta = _resolve_meta(counting, dataset_uuid, version, as_of)
     schema = load.load_schema(counting, meta, table)
@@ -194,9 +212,12 @@ def plan_read(
         t.column not in meta.partition_keys and (t.column not in indices or t.op == "is null")
         for conj in dnf or () for t in conj
     )
-    stats = load.load_stats(counting, meta) if need_stats else None
-    return _plan(meta, schema, predicates, columns, indices=indices, stats=stats, table=table,
+    file_stats = load.load_stats(counting, meta) if need_stats else None
+    plan = _plan(meta, schema, predicates, columns, indices=indices, stats=file_stats, table=table,
                  store_calls=dict(counting.calls))
+    if stats and file_stats is None:
+        file_stats = load.load_stats(counting.inner, meta)  # not a planning call
+    return plan, file_stats
 
 
 def read_table(
@@ -295,12 +316,15 @@ def iter_dataset(
 ) -> Iterator[Any]:
     """Yield the planned partitions one at a time (bounded memory); empty ones are skipped."""
     st = open_store(store)
-    plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of)
+    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of,
+                                  stats=not as_arrow)
+    nullable = nullable_columns(plan, stats)  # one set of dtypes for every frame
     for task in plan.tasks:
         t = read_task(st, plan, task, columns)
         if t.num_rows == 0 and plan.predicates is not None:
             continue
-        yield t if as_arrow else to_pandas(t, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object)
+        yield t if as_arrow else to_pandas(t, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object,
+                                           nullable=nullable)
 
 
 def load_metadata(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> DatasetMetadata:

@@ -42,7 +42,7 @@ from kstore.core.arguments import as_choice, as_columns, as_delete_scope
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
-from kstore.core.types import merge_schemas
+from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.errors import (
     CommitStateUnknownError,
     DatasetExistsError,
@@ -199,6 +199,8 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
             return job.base
         scope_fn: Callable[[DatasetMetadata], set[str]] | None = None
         remove: tuple[str, ...] = ()
+        if files and not job.creates:  # new values may not fit another engine's narrower types
+            job = replace(job, metadata=drop_stale_type_hints(job.base.metadata, job.metadata))
         if job.creates:
             op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
                            partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,

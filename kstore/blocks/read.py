@@ -7,7 +7,7 @@ residual predicate, and partition columns are rebuilt, typed, from the label.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,10 +22,10 @@ from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
-from kstore.errors import CorruptMetadataError, InvalidArgumentError, KeyNotFoundError
+from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTypeError
 from kstore.io.store import Store
 
-__all__ = ["read_task", "read_plan", "to_pandas", "empty_table"]
+__all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "nullable_columns", "empty_table"]
 
 _FORMAT = ds.ParquetFileFormat()
 
@@ -48,6 +48,12 @@ def _conform(table: pa.Table, schema: pa.Schema, names: Sequence[str], dataset: 
                 try:
                     col = col.cast(t)
                 except pa.ArrowException as exc:
+                    if pat.is_timestamp(col.type) and pat.is_timestamp(t):
+                        raise UnsupportedTypeError(
+                            f"dataset {dataset!r}: column {name!r} in {key!r} holds {col.type} values with "
+                            f"nanoseconds, which kstore reads as {t} (microseconds); read that file with "
+                            "pyarrow to keep them"
+                        ) from exc
                     raise CorruptMetadataError(
                         f"dataset {dataset!r}: column {name!r} in {key!r} is {col.type}, "
                         f"which does not convert to the dataset type {t}"
@@ -96,6 +102,8 @@ def read_task(
     if expr is not None and not can_push:
         table = table.filter(expr)
     n = table.num_rows
+    if not columns:
+        return table.select([])  # no column, but the row count (``from_arrays`` would give 0 rows)
     arrays, fields = [], []
     for name in columns:
         f = rschema.field(name)
@@ -110,6 +118,18 @@ def empty_table(plan: ReadPlan, columns: Sequence[str] | None = None) -> pa.Tabl
     return pa.schema([rschema.field(c) for c in cols]).empty_table()
 
 
+def concat_tables(tables: Sequence[pa.Table]) -> pa.Table:
+    """``pa.concat_tables`` that keeps the row count of tables without columns (``columns=[]``).
+
+    >>> t = pa.table({"x": [1, 2]}).select([])
+    >>> concat_tables([t, t]).num_rows
+    4
+    """
+    if tables and tables[0].num_columns == 0:
+        return pa.table({"_": pa.nulls(sum(t.num_rows for t in tables))}).select([])
+    return pa.concat_tables(tables)
+
+
 def read_plan(
     store: Store,
     plan: ReadPlan,
@@ -121,7 +141,7 @@ def read_plan(
     if not plan.tasks:
         return empty_table(plan, columns)
     tables = parallel_map(lambda t: read_task(store, plan, t, columns), plan.tasks, max_workers=max_workers)
-    return pa.concat_tables(tables)
+    return concat_tables(tables)
 
 
 def to_pandas(
@@ -131,62 +151,105 @@ def to_pandas(
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
     types_mapper: Any = None,
+    nullable: Collection[str] | None = None,
 ):
     """Arrow -> pandas the way kartothek users expect.
 
-    Dates become ``datetime64[ns]`` unless ``dates_as_object``; ``categoricals`` columns
-    become pandas categoricals; nullable integer dtypes recorded in the dataset's pandas
-    metadata (``Int64``) are restored. ``types_mapper`` is passed to ``Table.to_pandas``
-    (the Dask driver maps strings to ``string[pyarrow]`` as Dask does).
+    Dates become ``datetime64[us]`` unless ``dates_as_object``; ``categoricals`` columns
+    become pandas categoricals; nullable dtypes recorded in the dataset's pandas metadata
+    (``Int64``, ``boolean``) are restored. Integer and bool columns in ``nullable`` become
+    pandas' nullable dtypes (``Int64`` / ``UInt64`` / ``boolean``) whatever the data; with
+    ``nullable=None`` the columns that hold a null here do (see :func:`nullable_columns`
+    for one choice that every partition of a read shares). ``types_mapper`` is passed to
+    ``Table.to_pandas`` (the Dask driver's mapping keeps Dask from converting columns).
+
+    >>> t = pa.table({"n": pa.array([1, None]), "b": pa.array([True, None])})
+    >>> to_pandas(t, t.schema).dtypes.to_dict()
+    {'n': Int64Dtype(), 'b': BooleanDtype}
+    >>> to_pandas(t.slice(0, 1), t.schema, nullable=["n"]).dtypes.to_dict()
+    {'n': Int64Dtype(), 'b': dtype('bool')}
     """
+    import json
+
     categoricals = list(as_columns(categoricals, "categoricals"))
     missing = [c for c in categoricals if c not in table.column_names]
     if missing:
         from kstore.errors import ColumnNotFoundError
 
         raise ColumnNotFoundError(f"categoricals names column(s) {missing} that are not read")
+    if table.num_columns == 0:  # a frame of the right length (``from_arrays`` would give 0 rows)
+        import pandas as pd
+
+        return pd.DataFrame(index=pd.RangeIndex(table.num_rows))
     arrays, fields = [], []
     for f, col in zip(table.schema, table.columns):
         if pat.is_date32(f.type) and not dates_as_object:
-            try:
-                col = col.cast(pa.timestamp("ns"))
-            except pa.ArrowInvalid as exc:
-                raise InvalidArgumentError(
-                    f"column {f.name!r} holds dates pandas' datetime64[ns] cannot hold (before 1677-09-22 or "
-                    "after 2262-04-11); read it with dates_as_object=True"
-                ) from exc
+            col = col.cast(pa.timestamp("us"))  # 0001-01-01 .. 9999-12-31 fit (ns would not)
         if f.name in categoricals and not pat.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         arrays.append(col)
         fields.append(pa.field(f.name, col.type))
     meta = schema_pandas_metadata(schema) or {"columns": []}
-    out_schema = pa.schema(fields)
-    if True:
-        import json
-
-        cols = {c["field_name"]: c for c in meta.get("columns", []) if c.get("field_name")}
-        meta = dict(meta, index_columns=[], column_indexes=[],
-                    columns=[_pandas_col(cols.get(f.name), f, col.null_count) for f, col in zip(fields, arrays)])
-        out_schema = out_schema.with_metadata({b"pandas": json.dumps(meta).encode()})
+    cols = {c["field_name"]: c for c in meta.get("columns", []) if c.get("field_name")}
+    is_nullable = [(col.null_count > 0) if nullable is None else (f.name in nullable) for f, col in zip(fields, arrays)]
+    meta = dict(meta, index_columns=[], column_indexes=[],
+                columns=[_pandas_col(cols.get(f.name), f, n) for f, n in zip(fields, is_nullable)])
+    out_schema = pa.schema(fields).with_metadata({b"pandas": json.dumps(meta).encode()})
     table = pa.Table.from_arrays(arrays, schema=out_schema)
     return table.to_pandas(date_as_object=dates_as_object, types_mapper=types_mapper)
 
 
-def _pandas_col(entry: dict | None, f: pa.Field, null_count: int = 0) -> dict:
+_NULLABLE = {"Int64", "UInt64", "boolean", "Float64"}
+
+
+def _pandas_col(entry: dict | None, f: pa.Field, nullable: bool = False) -> dict:
     from kstore.core.types import pandas_metadata
 
     fresh = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
-    if entry is not None and entry.get("numpy_type") in ("Int64", "UInt64", "boolean", "Float64"):
+    if entry is not None and entry.get("numpy_type") in _NULLABLE:
         fresh["numpy_type"] = entry["numpy_type"]
-    elif null_count and pat.is_integer(f.type):
+    elif nullable and pat.is_integer(f.type):
         # an integer column with missing values stays integer: pandas' nullable dtype
         fresh["numpy_type"] = "UInt64" if pat.is_unsigned_integer(f.type) else "Int64"
+    elif nullable and pat.is_boolean(f.type):
+        fresh["numpy_type"] = "boolean"  # not object (True/False/None)
     if pat.is_dictionary(f.type):
         fresh["pandas_type"] = "categorical"
         fresh["numpy_type"] = str(f.type.index_type)
         fresh["metadata"] = {"num_categories": None, "ordered": f.type.ordered}
     return fresh
 
+
+def nullable_columns(plan: ReadPlan, stats: pa.Table | None) -> frozenset[str]:
+    """The integer and bool columns of ``plan`` that may hold a null in a planned file.
+
+    Readers that return several frames (``iter_dataset``, Dask partitions and their
+    ``meta``) read these with pandas' nullable dtypes in *every* frame, so all frames of
+    one read agree on their dtypes. The per-file statistics (``nulls:<column>``) decide;
+    a file without statistics for a column (kartothek datasets, a column added later)
+    may hold nulls. Partition columns never hold nulls.
+    """
+    pkeys = {c for t in plan.tasks[:1] for c, _ in t.partition_values}
+    cols = [c for c in plan.columns if c not in pkeys
+            and (pat.is_integer(plan.schema.field(c).type) or pat.is_boolean(plan.schema.field(c).type))]
+    if not cols or not plan.tasks:
+        return frozenset()
+    if stats is None:
+        return frozenset(cols)
+    labels = pa.array(sorted({t.label for t in plan.tasks}), pa.string())
+    rows = stats.filter(pc.is_in(stats.column("label"), value_set=labels))
+    if rows.num_rows < len(labels):
+        return frozenset(cols)  # files without statistics
+    out = set()
+    for c in cols:
+        name = f"nulls:{c}"
+        if name not in rows.column_names:
+            out.add(c)
+            continue
+        nulls = rows.column(name)
+        if nulls.null_count or (pc.sum(nulls).as_py() or 0) > 0:
+            out.add(c)
+    return frozenset(out)
 
 
 def index_from_store(

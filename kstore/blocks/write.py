@@ -97,23 +97,8 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
             table = table.drop_columns([n])
     target = storage_schema(table.schema)
     if not target.equals(table.schema, check_metadata=False):
-        table = table.cast(target)
-    for f in table.schema:
-        if pat.is_timestamp(f.type) and f.type.unit != "ns":
-            _check_ns_range(table.column(f.name), f.name, dataset)
+        table = _cast_columns(table, target, dataset)
     return table
-
-
-def _check_ns_range(col: pa.ChunkedArray, name: str, dataset: str) -> None:
-    """Readers return timestamps as ``datetime64[ns]``: refuse values that cannot become one."""
-    per_ns = {"s": 10**9, "ms": 10**6, "us": 10**3}[col.type.unit]
-    mm = pc.min_max(col.cast(pa.int64()))
-    lo, hi = mm["min"].as_py(), mm["max"].as_py()
-    if lo is not None and not (-(2**63) // per_ns < lo and hi < (2**63 - 1) // per_ns):
-        raise InvalidArgumentError(
-            f"dataset {dataset!r}: column {name!r} holds timestamps outside 1677-09-21 .. 2262-04-11, which "
-            "kstore reads back as datetime64[ns]"
-        )
 
 
 def _check_duplicates(names: Sequence[str], dataset: str) -> None:
@@ -168,6 +153,34 @@ def _check_exact(series: Any, t: pa.DataType, where: str) -> None:
         aware = {v.tzinfo is not None for v in series if isinstance(v, dt.datetime) and v == v}
         if len(aware) > 1:
             raise InvalidArgumentError(f"{where} mixes datetimes with and without a time zone")
+
+
+def _cast_columns(table: pa.Table, target: pa.Schema, dataset: str) -> pa.Table:
+    """Cast each column to its storage type; a value the storage type cannot hold exactly
+    (a timestamp with nanoseconds) is refused, naming the column and the value."""
+    arrays = []
+    for name, col, f in zip(table.column_names, table.columns, target):
+        if col.type.equals(f.type):
+            arrays.append(col)
+            continue
+        try:
+            arrays.append(col.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UnsupportedTypeError(
+                f"dataset {dataset!r}: column {name!r} is {col.type}, stored as {f.type}, and holds values "
+                f"that type cannot hold exactly{_example(col)}; kstore stores timestamps in "
+                f"microseconds (as Spark and kartothek): round them first, e.g. df[{name!r}].dt.floor('us')"
+            ) from exc
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _example(col: pa.ChunkedArray) -> str:
+    """`` such as <value>``: the first timestamp with nanoseconds (empty when there is none)."""
+    if not pat.is_timestamp(col.type) or col.type.unit != "ns":
+        return ""
+    lost = pc.not_equal(col, pc.floor_temporal(col, unit="microsecond")).fill_null(False)
+    idx = pc.index(lost, True).as_py()
+    return f" such as {col[idx]}" if idx >= 0 else ""
 
 
 def iter_tables(data: Any, *, dataset: str = "?") -> Iterator[pa.Table]:

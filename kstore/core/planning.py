@@ -123,7 +123,7 @@ def partition_value_arrays(
         t = schema.field(idx).type
         enc = pa.array([d[i] for d in decoded], pa.string()).dictionary_encode()
         distinct = [decode_partition_value(s, t, col) for s in enc.dictionary.to_pylist()]
-        typed = pa.array(distinct, type=pa.timestamp("ns", t.tz) if pa.types.is_timestamp(t) else t)
+        typed = pa.array(distinct, type=t)
         out[col] = typed.take(enc.indices)
     return out
 

@@ -197,6 +197,8 @@ def _bind_term(term: Term, schema: pa.Schema, dataset: str | None) -> Term:
             values = tuple(_decimal(v, t, term.column, dataset) for v in values)
         elif pat.is_floating(t):
             values = tuple(v + 0.0 for v in values)  # -0.0 == 0.0
+        elif pat.is_timestamp(t):  # values between two ticks of the unit match nothing
+            values = tuple(v for v in (_in_unit(v, t.unit) for v in values) if v is not None and v is not _OUT)
         values = tuple(dict.fromkeys(values))  # dedupe, keep order
         if term.op == "in" and not values:
             return Term(term.column, _NEVER)
@@ -208,9 +210,59 @@ def _bind_term(term: Term, schema: pa.Schema, dataset: str | None) -> Term:
         return _int_term(term.column, term.op, value, t)
     if pat.is_decimal(t):
         return Term(term.column, term.op, _decimal(value, t, term.column, dataset))
+    if pat.is_timestamp(t):
+        return _timestamp_term(term.column, term.op, value, t.unit)
     if pat.is_floating(t):
         value = value + 0.0
     return Term(term.column, term.op, value)
+
+
+_OUT = object()  # a timestamp literal beyond what the column's unit can hold
+
+
+def _in_unit(ts: Any, unit: str) -> Any:
+    """``ts`` (a pandas Timestamp) in ``unit``; None when it falls between two ticks of
+    ``unit`` (it is finer), ``_OUT`` when ``unit`` cannot hold it."""
+    import pandas as pd
+
+    if _round(ts, unit, "floor") != ts:
+        return None
+    try:
+        return ts.as_unit(unit)
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        return _OUT
+
+
+def _timestamp_term(column: str, op: str, ts: Any, unit: str) -> Term:
+    """A comparison of a timestamp column with a literal exact in the column's unit
+    (microseconds for every dataset column).
+
+    A literal between two ticks (nanoseconds against microseconds) becomes the equivalent
+    bound or a term that matches every non-null value / nothing, as :func:`_int_term` does
+    for fractional literals of integer columns; so does a literal the unit cannot hold.
+    """
+    exact = _in_unit(ts, unit)
+    if exact is _OUT:
+        above = ts.year > 1970  # beyond every value on that side
+        always = op == "!=" or (op in ("<", "<=") and above) or (op in (">", ">=") and not above)
+        return Term(column, "is not null" if always else _NEVER)
+    if exact is None:
+        if op == "==":
+            return Term(column, _NEVER)
+        if op == "!=":
+            return Term(column, "is not null")
+        if op in ("<", "<="):
+            return _timestamp_term(column, "<=", _round(ts, unit, "floor"), unit)
+        return _timestamp_term(column, ">=", _round(ts, unit, "ceil"), unit)
+    return Term(column, op, exact)
+
+
+def _round(ts: Any, unit: str, how: str) -> Any:
+    """``ts.floor(unit)`` / ``ts.ceil(unit)`` on the instant (in UTC), so that a zone's
+    daylight-saving gaps and repeated hours do not get in the way."""
+    if ts.tzinfo is None:
+        return getattr(ts, how)(unit)
+    return getattr(ts.tz_convert("UTC"), how)(unit).tz_convert(ts.tzinfo)
 
 
 def _int_range(t: pa.DataType) -> tuple[int, int]:
@@ -286,9 +338,7 @@ def columns_of(dnf: DNF | None) -> list[str]:
 
 
 def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
-    if pat.is_timestamp(t):
-        return pa.scalar(value, pa.timestamp("ns", t.tz))
-    return pa.scalar(value, t)
+    return pa.scalar(value, t)  # bound timestamp literals are exact in the column's unit
 
 
 def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
@@ -305,7 +355,7 @@ def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
         vs = [v for v in term.value if not (isinstance(v, float) and math.isnan(v))]
         if pat.is_floating(t) and 0.0 in vs:
             vs.append(-0.0)  # is_in hashes -0.0 apart from 0.0; IEEE says they are equal
-        arr = pa.array(vs, type=pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t)
+        arr = pa.array(vs, type=t)
         expr = f.isin(arr)
         return expr if op == "in" else (~expr & f.is_valid())
     s = _scalar(term.value, t)

@@ -28,7 +28,7 @@ from kstore.core.types import normalize_type
 from kstore.errors import CorruptMetadataError, UnsupportedTypeError
 
 __all__ = ["FileStats", "file_stats", "stats_table", "check_stats_table", "stats_by_label", "prune_mask",
-           "merge_stats_tables"]
+           "merge_stats_tables", "in_microseconds"]
 
 _MAX_STR = 256  # longer string/binary bounds are not kept (the column stays "unknown")
 
@@ -82,7 +82,7 @@ def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Sc
     for f in schema:
         if not _orderable(f.type):
             continue
-        t = _bound_type(f.type)
+        t = f.type.value_type if pat.is_dictionary(f.type) else f.type
         get = [s.columns.get(f.name, (None, None, None)) for s in stats]
         arrays[f"min:{f.name}"] = pa.array([g[0] for g in get], t)
         arrays[f"max:{f.name}"] = pa.array([g[1] for g in get], t)
@@ -91,9 +91,9 @@ def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Sc
 
 
 def _bound_type(t: pa.DataType) -> pa.DataType:
-    """The type of a column's ``min:``/``max:`` statistics (timestamps in ns, as read)."""
+    """The type of a column's ``min:``/``max:`` statistics (timestamps in microseconds)."""
     t = t.value_type if pat.is_dictionary(t) else t
-    return pa.timestamp("ns", t.tz) if pat.is_timestamp(t) else t
+    return pa.timestamp("us", t.tz) if pat.is_timestamp(t) else t
 
 
 def _conform_column(table: pa.Table, name: str, want: pa.DataType, what: str, subject: str) -> pa.Table:
@@ -124,6 +124,10 @@ def check_stats_table(stats: pa.Table, schema: pa.Schema | None, *, what: str) -
         stats = _conform_column(stats, name, want, what, f"column {name!r}")
         if stats.column(name).null_count:
             raise CorruptMetadataError(f"{what}: column {name!r} has nulls")
+    try:
+        stats = in_microseconds(stats)  # older kstore wrote nanosecond bounds
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptMetadataError(f"{what}: timestamp statistics do not convert to microseconds: {exc}") from exc
     columns = {c.split(":", 1)[1] for c in stats.column_names if c.startswith(("min:", "max:", "nulls:"))}
     keep = ["label", "rows", "bytes"]
     for c in sorted(columns):
@@ -156,19 +160,37 @@ def stats_by_label(stats: pa.Table | None) -> dict[str, FileStats]:
     return out
 
 
+def in_microseconds(stats: pa.Table) -> pa.Table:
+    """Statistics with nanosecond timestamp bounds (kstore < issue 10 wrote them) in
+    microseconds: minima floored, maxima ceiled, so pruning stays conservative."""
+    if not any(pat.is_timestamp(t) and t.unit == "ns" for t in stats.schema.types):
+        return stats
+    cols = []
+    for name, col in zip(stats.column_names, stats.columns):
+        t = col.type
+        if pat.is_timestamp(t) and t.unit == "ns":
+            fn = pc.ceil_temporal if name.startswith("max:") else pc.floor_temporal
+            col = fn(col, unit="microsecond").cast(pa.timestamp("us", t.tz), safe=False)
+        cols.append(col)
+    return pa.table(cols, names=stats.column_names)
+
+
 def merge_stats_tables(old: pa.Table | None, new: pa.Table, drop_labels: Sequence[str] = ()) -> pa.Table:
     """Old statistics without ``drop_labels`` plus ``new`` (columns unified, missing = null)."""
     if old is not None and len(drop_labels):
         old = old.filter(pc.invert(pc.is_in(old.column("label"), pa.array(list(drop_labels), pa.string()))))
     if old is None or old.num_rows == 0:
         return new
-    return pa.concat_tables([old, new], promote_options="permissive")
+    return pa.concat_tables([in_microseconds(old), in_microseconds(new)], promote_options="permissive")
 
 
 def _cmp(values: pa.ChunkedArray | pa.Array, fn: str, lit: Any) -> np.ndarray:
     t = values.type
     if pat.is_timestamp(t):
-        scalar = pa.scalar(lit, pa.timestamp("ns", t.tz))
+        try:  # bound literals are exact microseconds; older statistics are in nanoseconds
+            scalar = pa.scalar(lit, t)
+        except (pa.ArrowInvalid, OverflowError, ValueError):
+            return np.ones(len(values), dtype=bool)  # beyond the unit: cannot prune
     elif isinstance(lit, float) and pat.is_integer(t):
         scalar = pa.scalar(lit, pa.float64())
     else:

@@ -8,6 +8,13 @@ dictionary<T> -> norm(T), list<T> -> list<norm(T)>, large/view string and binary
 string/binary, timestamps -> timestamp[us, tz]. Two schemas are compatible when their
 normalized types match per column; ``null`` (all values missing) matches anything.
 
+Timestamps are microseconds everywhere: in ``_common_metadata``, in index, statistics and
+data files, and in what readers return. ``timestamp[us]`` holds every value Spark can
+(0001-01-01 .. 9999-12-31 23:59:59.999999) and pandas >= 2 reads it as
+``datetime64[us]``; nanoseconds would end in 1677 / 2262. Input in other units is
+converted exactly; a value with nanoseconds is refused before anything is written
+(:func:`storage_type`, ``kstore.blocks.write.to_arrow``).
+
 Examples
 --------
 >>> import pyarrow as pa
@@ -42,6 +49,9 @@ from kstore.errors import (
 )
 
 __all__ = [
+    "TYPE_HINT_KEYS",
+    "SPARK_SCHEMA_KEY",
+    "drop_stale_type_hints",
     "normalize_type",
     "normalize_schema",
     "storage_type",
@@ -61,6 +71,30 @@ __all__ = [
 ]
 
 
+#: User-metadata key in which kstore.spark records the Spark schema of a dataset Spark wrote.
+SPARK_SCHEMA_KEY = "spark_schema"
+#: User-metadata keys in which an engine records column types narrower than the dataset
+#: schema (Spark's ``int`` / ``float`` where the dataset holds int64 / float64). Only that
+#: engine keeps them true; another writer's values may not fit them.
+TYPE_HINT_KEYS = (SPARK_SCHEMA_KEY,)
+
+
+def drop_stale_type_hints(base: Mapping[str, Any], metadata: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The user metadata of a write into a dataset with user metadata ``base``: type hints
+    the write does not refresh itself are cleared (set to None), since its values may not
+    fit them (a pandas ``2**40`` appended to a Spark ``int`` column).
+
+    >>> drop_stale_type_hints({"spark_schema": "{...}", "owner": "me"}, {"x": 1})
+    {'x': 1, 'spark_schema': None}
+    >>> drop_stale_type_hints({"owner": "me"}, None) is None
+    True
+    """
+    stale = [k for k in TYPE_HINT_KEYS if base.get(k) is not None and k not in (metadata or {})]
+    if not stale:
+        return metadata
+    return {**(metadata or {}), **dict.fromkeys(stale)}
+
+
 def describe(t: pa.DataType) -> str:
     """A short, user-facing name of an Arrow type (``int64``, ``timestamp[us, tz=UTC]``)."""
     return str(t)
@@ -75,11 +109,17 @@ def _unsupported(t: pa.DataType, column: str | None) -> UnsupportedTypeError:
 
 
 def storage_type(t: pa.DataType, column: str | None = None) -> pa.DataType:
-    """The physical type written to data files: large/view types become their plain forms.
+    """The physical type written to data files: large/view types become their plain forms,
+    timestamps microseconds (zone kept).
 
     kartothek 5.3 runs on pyarrow 6 and cannot read ``large_string``, ``string_view``,
     ``large_binary`` or ``large_list`` (FORMAT.md A). Dictionaries stay dictionaries.
+
+    >>> storage_type(pa.timestamp("ns", "Europe/Berlin"))
+    TimestampType(timestamp[us, tz=Europe/Berlin])
     """
+    if pat.is_timestamp(t):
+        return t if t.unit == "us" else pa.timestamp("us", t.tz)
     if pat.is_large_string(t) or pat.is_string_view(t):
         return pa.string()
     if pat.is_large_binary(t) or pat.is_binary_view(t):
@@ -149,11 +189,8 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def read_type(t: pa.DataType) -> pa.DataType:
-    """The type a reader returns for a normalized type: timestamps in ns, as pandas has them."""
-    if pat.is_timestamp(t):
-        return pa.timestamp("ns", t.tz)
-    if pat.is_list(t):
-        return pa.list_(pa.field("item", read_type(t.value_type)))
+    """The type a reader returns for a normalized type: the normalized type itself
+    (timestamps in microseconds, so 0001-01-01 .. 9999-12-31 read exactly)."""
     return t
 
 
@@ -370,8 +407,9 @@ def _bad_literal(column: str, t: pa.DataType, value: Any, dataset: str | None) -
 def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None = None) -> Any:
     """Normalize one predicate literal to a Python value comparable with column type ``t``.
 
-    ``datetime.date`` or ISO strings against date columns, ints against uint64, naive
-    datetimes against tz-aware timestamps (read as wall time in the column's zone) are
+    ``datetime.date`` or ISO strings against date columns, ints against uint64, ``Decimal``
+    against any numeric column, naive datetimes against tz-aware timestamps (read as wall
+    time in the column's zone) are
     accepted; what cannot be compared (a string against an int column) raises
     :class:`~kstore.errors.InvalidPredicateError` naming the column and the value.
 
@@ -400,8 +438,12 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
             if pat.is_integer(t) and float(value).is_integer():
                 return int(value)
             return float(value)
-        if isinstance(value, Decimal) and pat.is_decimal(t):
-            return value
+        if isinstance(value, Decimal):  # e.g. JSON predicates parsed exactly
+            if pat.is_decimal(t):
+                return value
+            if pat.is_integer(t) and value.is_finite() and value == value.to_integral_value():
+                return int(value)
+            return float(value)
         raise _bad_literal(column, t, value, dataset)
     if pat.is_string(t) or pat.is_large_string(t):
         if isinstance(value, str):
@@ -469,8 +511,8 @@ def _pandas_type(t: pa.DataType) -> tuple[str, str, dict | None]:
         return "date", "object", None
     if pat.is_timestamp(t):
         if t.tz is not None:
-            return "datetimetz", "datetime64[ns]", {"timezone": t.tz}
-        return "datetime", "datetime64[ns]", None
+            return "datetimetz", f"datetime64[{t.unit}]", {"timezone": t.tz}
+        return "datetime", f"datetime64[{t.unit}]", None
     if pat.is_list(t):
         inner, _, _ = _pandas_type(t.value_type)
         return f"list[{inner}]", "object", None

@@ -7,11 +7,11 @@ batches and report file metadata; the driver builds the indices and makes one co
     ks.store_dataset(df, "/data/store", "sales", partition_on=["day"], secondary_indices=["location"])
     ks.update_dataset(more, "/data/store", "sales", mode="overwrite_partitions")
 
-Reading, and the ``kstore`` data source (filter pushdown into kstore's planner)::
+Reading, and the ``kstore`` data source (``predicates`` are planned by kstore's planner)::
 
     ks.register(spark)
-    spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store").filter("location = 7")
     ks.read_dataset(spark, "/data/store", "sales", predicates=[[("location", "==", 7)]])
+    spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store").filter("location = 7")
 
 Stores must be reachable from every executor (a directory, ``file://``, ``s3://``);
 ``memory://`` stores are refused. Workers must run the same Python as the driver
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kstore.io.store import StoreLike
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown
-from kstore.spark.reader import GUARD_COLUMN, encode_predicates, encode_store
+from kstore.spark.reader import encode_predicates, encode_store
 from kstore.spark.types import arrow_schema, spark_schema
 from kstore.spark.writer import store_dataset, update_dataset
 
@@ -39,6 +39,7 @@ __all__ = [
     "read_dataset",
     "register",
     "store_option",
+    "scans_keep_own_read_plan",
     "arrow_schema",
     "spark_schema",
     "KstoreDataSource",
@@ -47,12 +48,32 @@ __all__ = [
 _PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
+def scans_keep_own_read_plan(spark: SparkSession) -> bool:
+    """Whether this Spark keeps the read plan of a Python data source per scan.
+
+    Spark 4.3 keeps the read plan that filter pushdown produces on the relation
+    (``PythonDataSourceV2``), shared by every scan of one DataFrame: both sides of a union
+    or self-join and every later query that pushes no filter read the files the last
+    pushdown planned. Pruning by pushed filters is only exact where each scan keeps its
+    own plan (a ``readInfo`` field on ``PythonScanBuilder``, as in later Spark versions).
+    """
+    try:
+        cls = spark.sparkContext._jvm.java.lang.Class.forName(
+            "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder")
+        return any(f.getName() == "readInfo" for f in cls.getDeclaredFields())
+    except Exception:  # no JVM access (Spark Connect) or another Spark: assume shared plans
+        return False
+
+
 def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
     """Register the ``kstore`` data source with ``spark`` (once per session is enough).
 
-    With ``filter_pushdown`` (default) this sets ``spark.sql.python.filterPushdown.enabled``
-    (Spark refuses a Python reader with ``pushFilters`` otherwise); without it, filters stay
-    with Spark and only the ``predicates`` option reaches kstore's planner.
+    With ``filter_pushdown`` (default) on a Spark whose scans keep their own read plan
+    (:func:`scans_keep_own_read_plan`), filters Spark pushes prune files too, and
+    ``spark.sql.python.filterPushdown.enabled`` is set (Spark refuses a Python reader with
+    ``pushFilters`` otherwise). On Spark 4.3, or without ``filter_pushdown``, Spark
+    evaluates ``.filter`` itself and only the ``predicates`` option reaches kstore's
+    planner: rows are exact either way (see :mod:`kstore.spark.datasource`).
 
     Examples
     --------
@@ -62,7 +83,7 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
         ks.register(spark)
         spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")
     """
-    if filter_pushdown:
+    if filter_pushdown and scans_keep_own_read_plan(spark):
         spark.conf.set(_PUSHDOWN_CONF, "true")
         spark.dataSource.register(KstoreDataSource)
     else:
@@ -87,26 +108,23 @@ def read_dataset(
 ) -> DataFrame:
     """A Spark DataFrame over a dataset (through the ``kstore`` data source).
 
-    ``predicates`` (DNF, any literal types, ORs included) go to kstore's planner; filters
-    added later with ``.filter`` are pushed down too. ``version`` / ``as_of`` read a
-    retained older version.
-
-    The DataFrame is safe to reuse across queries: it carries an always-true pushed filter
-    (see :data:`kstore.spark.reader.GUARD_COLUMN`), so Spark plans every query afresh
-    instead of reusing a previous query's pruned plan (a Spark 4.3 caching issue that a
-    plain ``spark.read.format("kstore").load()`` DataFrame is exposed to).
+    ``predicates`` (DNF, any literal types, ORs included) go to kstore's planner, which
+    prunes files by partition values, secondary indices and statistics; filters added
+    later with ``.filter`` are evaluated by Spark (see :func:`register`). ``version`` /
+    ``as_of`` read a retained older version. The DataFrame is safe to reuse: unions,
+    self-joins and repeated actions return exact rows.
 
     Examples
     --------
     With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
 
         import kstore.spark as ks
-        df = ks.read_dataset(spark, "/data/store", "sales")
-        df.filter("location = 7 AND day >= DATE'2024-01-20'").count()
+        df = ks.read_dataset(spark, "/data/store", "sales", predicates=[[("location", "==", 7)]])
+        df.filter("day >= DATE'2024-01-20'").count()
     """
     register(spark)
     reader = spark.read.format("kstore").option("dataset_uuid", dataset_uuid)
-    if columns is not None:
+    if columns:
         reader = reader.option("columns", ",".join(columns))
     if predicates is not None:
         reader = reader.option("predicates", encode_predicates(predicates))
@@ -117,7 +135,5 @@ def read_dataset(
     if partition_bytes is not None:
         reader = reader.option("partition_bytes", str(int(partition_bytes)))
     reader = reader.option("min_partitions", str(spark.sparkContext.defaultParallelism))
-    from pyspark.sql import functions as F
-
-    df = reader.option("scan_guard", "true").load(encode_store(store))
-    return df.filter(F.col(GUARD_COLUMN).isNotNull()).drop(GUARD_COLUMN)
+    df = reader.load(encode_store(store))
+    return df.select() if columns is not None and not columns else df  # columns=[]: rows, no columns

@@ -15,30 +15,34 @@ missing dataset), ``schema_mode`` (``strict`` / ``merge``), ``table``, ``metadat
 (JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``.
 
 Read options: ``dataset_uuid`` (required), ``version`` or ``as_of`` (ISO timestamp;
-naive = UTC) for time travel, ``columns`` (comma-separated), ``predicates`` (JSON DNF,
-``[[["location", "==", 7]]]``, ORs included), ``table``, ``partition_bytes`` and
-``min_partitions`` (planned files are grouped into Spark input partitions as Spark groups
-files: at most ``partition_bytes``, default 128 MiB, and spread over at least
-``min_partitions`` tasks when there are enough files; default: the driver's CPU count).
-
-Filters Spark pushes (``=``, ``<=>``, ``<``, ``<=``, ``>``, ``>=``, ``IN``, ``IS [NOT]
-NULL`` and their negations on top-level columns) go to kstore's planner, which prunes by
-partition values, secondary indices and per-file statistics; the rows of planned files are
-then filtered exactly, so Spark does not evaluate those filters again (except on float
-columns, whose NaN ordering differs). Other filters stay with Spark.
+naive = UTC) for time travel (Delta's ``versionAsOf`` / ``timestampAsOf`` are accepted
+too), ``columns`` (comma-separated), ``predicates`` (JSON DNF, ``[[["location", "==",
+7]]]``, ORs included; numbers are read exactly, so ``decimal(38, s)`` literals keep every
+digit), ``table``, ``partition_bytes`` and ``min_partitions`` (planned files are grouped
+into Spark input partitions as Spark groups files: at most ``partition_bytes``, default 128
+MiB, and spread over at least ``min_partitions`` tasks when there are enough files;
+default: the driver's CPU count). Any other option raises
+:class:`~kstore.errors.InvalidArgumentError` listing the valid ones, on reads and writes: a
+misspelt ``version`` must not silently read the latest data.
 
 The path is a store URL (``/dir``, ``file://``, ``s3://...``) or
 :func:`kstore.spark.store_option` of any other store. The version is pinned when Spark
 resolves the schema: a DataFrame keeps reading the version it was created on.
 
-Spark 4.3 caches the read plan of a scan whose filters were pushed down on the relation
-and reuses it for a later query on the *same* DataFrame that pushes no filter (its
-``PythonScanBuilder.pushFilters`` stores the pushdown's read info on the shared
-``PythonDataSourceV2``). Such a query would only see the files the earlier query planned.
-:func:`kstore.spark.read_dataset` returns DataFrames that are safe to reuse (every query
-on them pushes an always-true guard filter, so each is planned afresh); with a plain
-``spark.read.format("kstore").load()``, load a DataFrame per query or register the data
-source with ``filter_pushdown=False``.
+Rows are exact whatever Spark reuses. The ``predicates`` option belongs to the DataFrame
+(every scan of it has it), so kstore's planner prunes by it: partition values, secondary
+indices, per-file statistics, then exact row filtering. Filters added with ``.filter``
+are different: Spark 4.3 keeps the read plan that filter pushdown produces on the
+*relation*, which every scan of the DataFrame shares, a union or self-join of it (both
+sides pushed, one plan read twice) and every later query that pushes no filter. There,
+kstore does not implement ``pushFilters`` (:func:`kstore.spark.register` checks the Spark
+version): Spark evaluates ``.filter`` after reading every file of the version. On a Spark
+whose scans keep their own read plan, ``.filter`` conditions Spark pushes (``=``, ``<=>``,
+``<``, ``<=``, ``>``, ``>=``, ``IN``, ``IS [NOT] NULL`` and their negations on top-level
+columns) prune too; kstore reports a filter as handled only when it evaluates it exactly
+(not on float columns, whose NaN ordering differs, nor with a decimal literal PySpark may
+have rounded to 28 digits), so Spark re-applies the rest. To prune on Spark 4.3, pass
+``predicates`` (:func:`kstore.spark.read_dataset` takes them as a list).
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ from kstore.core.naming import DEFAULT_TABLE
 from kstore.core.predicates import Term
 from kstore.errors import InvalidArgumentError
 from kstore.spark.reader import (
+    WRITE_OPTIONS,
     ReadSource,
+    check_options,
     decode_store,
     filter_to_term,
     plan_partitions,
@@ -121,15 +127,11 @@ class KstoreReaderNoPushdown(_Reader):
 
 
 class KstoreReader(_Reader):
-    """Reader with filter pushdown into kstore's planner."""
+    """Reader with filter pushdown into kstore's planner, for Spark versions whose scans
+    keep their own read plan (see the module docstring)."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        guard = self.source.guard
         for f in filters:
-            if guard is not None and getattr(f, "attribute", None) == (guard,):
-                if type(f).__name__ != "IsNotNull":
-                    yield f
-                continue  # the guard column is never null
             term, exact = filter_to_term(f, self.source.schema)
             if term is not None:
                 self.pushed.append(term)
@@ -214,7 +216,7 @@ class KstoreDataSource(DataSource):
         return self._reader_cls(source)
 
     def writer(self, schema: StructType, overwrite: bool) -> KstoreWriter:
-        opts = self.options
+        opts = check_options(self.options, WRITE_OPTIONS, "write")
         path, uuid = store_and_dataset(opts, "save")
         mode = opts.get("write_mode") or ("overwrite" if overwrite else "append")
         metadata = None
@@ -241,6 +243,7 @@ class KstoreDataSource(DataSource):
 
 
 class KstoreDataSourceNoPushdown(KstoreDataSource):
-    """The same data source with a reader that does not implement ``pushFilters``."""
+    """The same data source with a reader that does not implement ``pushFilters`` (Spark
+    evaluates every ``.filter``; the ``predicates`` option still prunes)."""
 
     _reader_cls = KstoreReaderNoPushdown

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ReadSource",
+    "check_options",
     "resolve_source",
     "filter_to_term",
     "plan",
@@ -48,6 +49,8 @@ __all__ = [
     "encode_predicates",
     "decode_predicates",
     "DEFAULT_PARTITION_BYTES",
+    "READ_OPTIONS",
+    "WRITE_OPTIONS",
 ]
 
 #: Planned files are grouped into Spark input partitions of at most this many bytes
@@ -57,12 +60,18 @@ DEFAULT_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 #: Rows per Arrow batch handed to Spark.
 BATCH_ROWS = 65_536
-#: A constant, always-true boolean column :func:`kstore.spark.read_dataset` adds and filters
-#: on (``IS NOT NULL``) and then drops. Every query on such a DataFrame then pushes at
-#: least one filter, so Spark re-plans the read for each query. Spark 4.3 caches the read
-#: plan of a pushed-down scan on the relation and reuses it for a later query on the same
-#: DataFrame that pushes nothing, which would then miss the files the first query pruned.
-GUARD_COLUMN = "__kstore_scan_guard__"
+
+#: Read options of the ``kstore`` data source (see :mod:`kstore.spark.datasource`).
+READ_OPTIONS = ("path", "store", "dataset_uuid", "version", "as_of", "columns", "predicates", "table",
+                "partition_bytes", "min_partitions")
+#: Write options of the ``kstore`` data source.
+WRITE_OPTIONS = ("path", "store", "dataset_uuid", "partition_on", "secondary_indices", "write_mode", "schema_mode",
+                 "table", "metadata", "metadata_format", "txn", "chunk_bytes")
+#: Delta Lake's time-travel option names, accepted as aliases (Spark lower-cases option names).
+OPTION_ALIASES = {"versionasof": "version", "timestampasof": "as_of"}
+#: PySpark builds a pushed decimal literal in Python's default 28-digit context, so a literal
+#: with this many significant digits may have been rounded before kstore sees it.
+_PUSHED_DECIMAL_DIGITS = 28
 
 _STORE_PREFIX = "kstore-store:"
 _PRED_PREFIX = "kstore-predicates:"
@@ -110,7 +119,7 @@ def decode_predicates(text: str | None) -> DNF | None:
 
         return cloudpickle.loads(base64.b64decode(text[len(_PRED_PREFIX):]))
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_float=Decimal)  # exact: decimal(38, s) literals keep every digit
     except ValueError as exc:
         raise InvalidArgumentError(f"option predicates must be JSON DNF such as [[[\"x\", \"==\", 1]]], got {text!r}") from exc
     return parse(raw)
@@ -129,12 +138,11 @@ class ReadSource:
     predicates: DNF | None = None
     partition_bytes: int = DEFAULT_PARTITION_BYTES
     min_partitions: int = 1
-    guard: str | None = None  # name of the always-true guard column (see GUARD_COLUMN)
 
     @property
     def columns(self) -> list[str]:
-        """The dataset columns the DataFrame reads (the guard column is not one)."""
-        return [n for n in self.spark_schema.fieldNames() if n != self.guard]
+        """The dataset columns the DataFrame reads."""
+        return list(self.spark_schema.fieldNames())
 
 
 def _parse_as_of(text: str) -> dt.datetime:
@@ -142,6 +150,39 @@ def _parse_as_of(text: str) -> dt.datetime:
         return dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError as exc:
         raise InvalidArgumentError(f"option as_of must be an ISO timestamp, got {text!r}") from exc
+
+
+def check_options(options: Mapping[str, str], known: Sequence[str], verb: str) -> dict[str, str]:
+    """The data source ``options`` as a plain dict, Delta's names resolved to kstore's
+    (``versionAsOf`` -> ``version``, ``timestampAsOf`` -> ``as_of``).
+
+    An option kstore does not know raises :class:`~kstore.errors.InvalidArgumentError`
+    listing the valid ones (a misspelt ``version`` must not read the latest data).
+
+    >>> check_options({"versionasof": "0", "dataset_uuid": "d"}, READ_OPTIONS, "read")
+    {'version': '0', 'dataset_uuid': 'd'}
+    >>> check_options({"verison": "0"}, READ_OPTIONS, "read")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); read options: as_of, columns, dataset_uuid, min_partitions, partition_bytes, path, predicates, store, table, version (and Delta's versionAsOf / timestampAsOf for version / as_of)
+    """
+    import difflib
+
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        name = OPTION_ALIASES.get(key.lower(), key.lower()) if verb == "read" else key.lower()
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known) + list(OPTION_ALIASES), n=1)
+            hint = f" (did you mean {OPTION_ALIASES.get(close[0], close[0])!r}?)" if close else ""
+            delta = " (and Delta's versionAsOf / timestampAsOf for version / as_of)" if verb == "read" else ""
+            raise InvalidArgumentError(
+                f"the kstore data source has no {verb} option {key!r}{hint}; {verb} options: "
+                f"{', '.join(sorted(known))}{delta}"
+            )
+        if name in out:
+            raise InvalidArgumentError(f"the kstore data source got the {verb} option {name!r} twice ({key!r})")
+        out[name] = value
+    return out
 
 
 def store_and_dataset(options: Any, verb: str) -> tuple[str, str]:
@@ -160,6 +201,7 @@ def resolve_source(options: Mapping[str, str]) -> ReadSource:
     from kstore.blocks.history import version_as_of
     from kstore.spark.writer import spark_store_factory
 
+    options = check_options(options, READ_OPTIONS, "read")
     path, uuid = store_and_dataset(options, "load")
     store = decode_store(path)
     factory = spark_store_factory(store)
@@ -204,14 +246,6 @@ def resolve_source(options: Mapping[str, str]) -> ReadSource:
         min_parts = int(options.get("min_partitions") or (os.cpu_count() or 1))
     except ValueError as exc:
         raise InvalidArgumentError(f"option min_partitions must be an integer, got {options['min_partitions']!r}") from exc
-    guard = None
-    if str(options.get("scan_guard", "")).lower() == "true":
-        from pyspark.sql.types import BooleanType, StructField, StructType
-
-        if GUARD_COLUMN in schema.names:
-            raise InvalidArgumentError(f"dataset {uuid!r} has a column named {GUARD_COLUMN!r}; read it without scan_guard")
-        guard = GUARD_COLUMN
-        sspark = StructType(list(sspark.fields) + [StructField(GUARD_COLUMN, BooleanType(), True)])
     return ReadSource(
         store=factory,
         dataset_uuid=uuid,
@@ -222,7 +256,6 @@ def resolve_source(options: Mapping[str, str]) -> ReadSource:
         predicates=decode_predicates(options.get("predicates")),
         partition_bytes=pbytes,
         min_partitions=max(1, min_parts),
-        guard=guard,
     )
 
 
@@ -240,6 +273,11 @@ def _literal(value: Any, t: pa.DataType) -> Any:
     if isinstance(value, Decimal) and pat.is_integer(t) and value == value.to_integral_value():
         return int(value)
     return value
+
+
+def _maybe_rounded(value: Any) -> bool:
+    """A pushed decimal literal PySpark may have rounded (see ``_PUSHED_DECIMAL_DIGITS``)."""
+    return isinstance(value, Decimal) and len(value.as_tuple().digits) >= _PUSHED_DECIMAL_DIGITS
 
 
 def filter_to_term(f: Any, schema: pa.Schema) -> tuple[Term | None, bool]:
@@ -264,6 +302,8 @@ def filter_to_term(f: Any, schema: pa.Schema) -> tuple[Term | None, bool]:
     if pat.is_dictionary(t):
         t = t.value_type
     value = getattr(f, "value", None)
+    if any(_maybe_rounded(v) for v in (value if isinstance(value, (tuple, list)) else (value,))):
+        return None, False  # Spark evaluates it (kstore would compare with a rounded literal)
     if name == "IsNull":
         term = Term(column, "is not null" if negated else "is null")
     elif name == "IsNotNull":
@@ -384,7 +424,5 @@ def read_partition(source: ReadSource, part: ReadPlan, store: Store | None = Non
         table = read_task(st, part, task, columns)
         if table.num_rows == 0:
             continue
-        if source.guard is not None:
-            table = table.append_column(source.guard, pa.repeat(pa.scalar(True), table.num_rows))
         yield from to_spark_batches(table, target, BATCH_ROWS)
 

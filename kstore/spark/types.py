@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 from pyspark.sql import types as T
 
-from kstore.core.types import normalize_type
+from kstore.core.types import SPARK_SCHEMA_KEY, normalize_type
 from kstore.errors import UnsupportedTypeError
 
 __all__ = [
@@ -66,11 +66,10 @@ __all__ = [
     "to_storage",
     "to_spark_batches",
     "schema_hint",
+    "dataset_type",
     "SPARK_SCHEMA_KEY",
 ]
 
-#: User-metadata key holding the Spark schema (JSON) of a dataset Spark wrote.
-SPARK_SCHEMA_KEY = "spark_schema"
 
 _SUPPORTED = (
     "boolean, byte, short, int, long, float, double, decimal, string, binary, date, "
@@ -187,6 +186,16 @@ def schema_hint(metadata: Mapping[str, Any] | None) -> T.StructType | None:
     return parsed
 
 
+def dataset_type(t: pa.DataType, column: str = "?") -> T.DataType:
+    """The Spark type of a normalized dataset type (``int64`` -> ``long``, ``float64`` ->
+    ``double``): what Spark reads a column as when no narrower type is recorded.
+
+    >>> dataset_type(normalize_type(pa.float32())).simpleString()
+    'double'
+    """
+    return _to_spark(t, column)
+
+
 def _hint_fits(hinted: T.DataType, t: pa.DataType, column: str) -> bool:
     try:
         return normalize_type(_to_arrow(hinted, column, None), column).equals(normalize_type(t, column))
@@ -221,21 +230,9 @@ def to_storage(batches: list[pa.RecordBatch], target: pa.Schema) -> pa.Table:
     return table.cast(target)
 
 
-def _has_timestamp(t: pa.DataType) -> bool:
-    if pat.is_timestamp(t):
-        return True
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _has_timestamp(t.value_type)
-    if pat.is_struct(t):
-        return any(_has_timestamp(f.type) for f in t)
-    return False
-
-
 def _cast(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.ChunkedArray | pa.Array:
-    if col.type.equals(t):
-        return col
-    # nanoseconds -> Spark's microseconds: truncate (Spark cannot hold ns)
-    return pc.cast(col, t, safe=not _has_timestamp(t))
+    """Safe casts only: a value that does not fit the Spark type raises (never truncated)."""
+    return col if col.type.equals(t) else pc.cast(col, t)
 
 
 def to_spark_batches(table: pa.Table, target: pa.Schema, max_rows: int) -> list[pa.RecordBatch]:

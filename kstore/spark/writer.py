@@ -44,7 +44,7 @@ from kstore.errors import (
     StoreError,
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
-from kstore.spark.types import SPARK_SCHEMA_KEY, arrow_schema, schema_hint, to_storage
+from kstore.spark.types import SPARK_SCHEMA_KEY, arrow_schema, dataset_type, schema_hint, to_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -180,16 +180,34 @@ def _tz_like_base(file_schema: pa.Schema, base_schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _merge_hint(base: DatasetMetadata | None, spark_schema: StructType) -> str:
-    """The Spark schema to record: the base's hint, updated with this write's columns."""
-    from pyspark.sql.types import StructType
+def _merge_hint(base: DatasetMetadata | None, base_schema: pa.Schema | None, spark_schema: StructType) -> str:
+    """The Spark schema to record for the dataset after this write.
 
-    fields = {f.name: f for f in spark_schema.fields}
+    A column this write creates gets this write's Spark type. A column the dataset already
+    has keeps its recorded type if this write has the same one, and otherwise becomes the
+    dataset's type (:func:`~kstore.spark.types.dataset_type`: ``long``, ``double``, ...):
+    a ``float`` append onto ``double`` values must not make Spark read them as ``float``,
+    an ``int`` append onto ``long`` values must not make 2**40 unreadable.
+    """
+    from pyspark.sql.types import StructField, StructType
+
     old = schema_hint(base.metadata) if base is not None else None
-    if old is not None:
-        merged = [fields.pop(f.name, f) for f in old.fields] + list(fields.values())
-        spark_schema = StructType(merged)
-    return json.dumps(spark_schema.jsonValue(), separators=(",", ":"))
+    recorded = {f.name: f for f in old.fields} if old is not None else {}
+    written = {f.name: f for f in spark_schema.fields}
+    names = (list(recorded) if old is not None else list(base_schema.names) if base_schema is not None else [])
+    fields = []
+    for name in list(dict.fromkeys(names + list(written))):
+        new, prev = written.get(name), recorded.get(name)
+        existing = base_schema is not None and name in base_schema.names
+        if new is None:
+            if prev is not None:
+                fields.append(prev)
+            continue
+        if not existing or (prev is not None and prev.dataType == new.dataType):
+            fields.append(new)
+        else:
+            fields.append(StructField(name, dataset_type(base_schema.field(name).type, name), True))
+    return json.dumps(StructType(fields).jsonValue(), separators=(",", ":"))
 
 
 def prepare_write(
@@ -235,7 +253,8 @@ def prepare_write(
     if delete_scope and not core.creates:
         resolve_scope(core.base, core.base_schema, list(delete_scope))  # validate the scope now
     user_meta = dict(metadata or {})
-    user_meta[SPARK_SCHEMA_KEY] = _merge_hint(None if core.creates else core.base, spark_schema)
+    user_meta[SPARK_SCHEMA_KEY] = (_merge_hint(None, None, spark_schema) if core.creates
+                                   else _merge_hint(core.base, core.base_schema, spark_schema))
     return WriteJob(core=replace(core, metadata=user_meta), store=factory, file_schema=file_schema,
                     schema=schema, chunk_bytes=chunk_bytes)
 

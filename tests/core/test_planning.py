@@ -366,7 +366,7 @@ def test_kartothek_labels_with_slash_bug_and_timestamps():
     plan = plan_read(meta, schema, [("ts", "==", "2024-01-03 23:59:59.5")])
     assert len(plan.tasks) == 1
     arrays = partition_value_arrays(meta, schema, list(meta.partitions))
-    assert arrays["ts"].type.equals(pa.timestamp("ns"))
+    assert arrays["ts"].type.equals(pa.timestamp("us"))
     assert label_values(meta, list(meta.partitions))[0] == ("a b/c=d%", "2024-01-02 12:30:00")
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 import math
 from decimal import Decimal
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -493,6 +494,28 @@ def test_timestamp_ns_column_with_sub_us_literal():
     assert table.filter(expr).num_rows == 1
     expr = to_expression(bind(parse([("t", ">", pd.Timestamp("2024-01-01"))]), table.schema), table.schema)
     assert table.filter(expr).num_rows == 1
+
+
+US_VALUES = [pd.Timestamp("0001-01-01"), pd.Timestamp("1969-12-31 23:59:59.999999"), pd.Timestamp("2024-01-01"),
+             pd.Timestamp("2024-01-01 00:00:00.000001"), pd.Timestamp("9999-12-31 23:59:59.999999"), None]
+US_LITERALS = [pd.Timestamp("2024-01-01 00:00:00.000000500"), pd.Timestamp("1969-12-31 23:59:59.999999500"),
+               pd.Timestamp("9999-12-31 23:59:59.999999"), pd.Timestamp("0001-01-01"), dt.datetime(9999, 12, 31),
+               "9999-12-31 23:59:59.999999", pd.Timestamp("2024-01-01"),
+               pd.Timestamp(np.datetime64(2**50, "s")), pd.Timestamp(np.datetime64(-(2**50), "s"))]  # beyond us
+
+
+@pytest.mark.parametrize("op", ["==", "!=", "<", "<=", ">", ">=", "in", "not in"])
+@pytest.mark.parametrize("lit", US_LITERALS, ids=str)
+def test_microsecond_column_literals_are_exact(op, lit, oracle):
+    """A timestamp[us] column (every dataset's) holds 0001..9999; literals with nanoseconds
+    or beyond the microsecond range compare exactly (rewritten, never truncated)."""
+    table = pa.table({"t": pa.array(US_VALUES, pa.timestamp("us"))})
+    value = [lit] if op in ("in", "not in") else lit
+    expr = to_expression(bind(parse([("t", op, value)]), table.schema), table.schema)
+    got = table.filter(expr).column("t").to_pylist()
+    ts = pd.Timestamp(lit)
+    want = [v.to_pydatetime() for v in US_VALUES if oracle.match_value(v, op, [ts] if op in ("in", "not in") else ts)]
+    assert got == want
 
 
 def test_to_expression_edge_cases():

@@ -99,7 +99,7 @@ def test_stats_table_shape_and_round_trip():
     table = stats_table(["a", "b"], stats, schema)
     assert table.column_names[:3] == ["label", "rows", "bytes"]
     assert "min:l" not in table.column_names  # not orderable
-    assert table.schema.field("min:t").type.equals(pa.timestamp("ns", "UTC"))
+    assert table.schema.field("min:t").type.equals(pa.timestamp("us", "UTC"))
     assert table.schema.field("min:c").type.equals(pa.string())
     assert table.column("rows").to_pylist() == [2, 1]
     assert table.column("bytes").to_pylist() == [10, 20]
@@ -330,10 +330,32 @@ def test_check_stats_table_rejects_wrong_columns_naming_them(name, values):
 def test_check_stats_table_keeps_good_tables_and_conforms_compatible_types():
     good = _good()
     assert check_stats_table(good, _SCHEMA, what="x").equals(good)
-    us = _with(good, "min:t", good.column("min:t").cast(pa.timestamp("us", "UTC")))
+    us = _with(good, "min:t", good.column("min:t").cast(pa.timestamp("ns", "UTC")))  # older kstore
     us = _with(us, "rows", us.column("rows").cast(pa.int32()))
     assert check_stats_table(us, _SCHEMA, what="x").equals(good)
     nulls = _with(good, "min:s", pa.nulls(2))
     assert check_stats_table(nulls, _SCHEMA, what="x").column("min:s").type.equals(pa.string())
     extra = good.append_column("min:gone", pa.array([1, 2])).append_column("other", pa.array([1, 2]))
     assert check_stats_table(extra, _SCHEMA, what="x").equals(good)
+def test_nanosecond_statistics_of_older_datasets_stay_conservative():
+    """Statistics written in nanoseconds (kstore before microsecond timestamps) merge with
+    new microsecond ones (min floored, max ceiled) and never prune a matching file; a
+    literal beyond the nanosecond range does not fail."""
+    ns = pa.timestamp("ns")
+    old = stats_table(["a"], [FileStats(1, 1, {"t": (pd.Timestamp("2024-01-01 00:00:00.000000500"),
+                                                    pd.Timestamp("2024-01-01 00:00:00.000001500"), 0)})],
+                      pa.schema([("t", ns)]))
+    assert old.schema.field("min:t").type == ns
+    new = stats_table(["b"], [FileStats(1, 1, {"t": (dt.datetime(9999, 12, 31), dt.datetime(9999, 12, 31), 0)})],
+                      pa.schema([("t", pa.timestamp("us"))]))
+    merged = merge_stats_tables(old, new)
+    assert merged.schema.field("min:t").type == pa.timestamp("us")
+    assert merged.column("min:t").to_pylist()[0] == dt.datetime(2024, 1, 1)
+    assert merged.column("max:t").to_pylist()[0] == dt.datetime(2024, 1, 1, 0, 0, 0, 2)
+    schema = pa.schema([("t", pa.timestamp("us"))])
+    for op, lit, want in [("==", "2024-01-01 00:00:00.000001", [True, False]), (">", "2024-06-01", [False, True]),
+                          ("<", "2024-01-01 00:00:00.000001", [True, False])]:
+        term = bind(parse([("t", op, lit)]), schema)[0][0]
+        assert prune_mask(term, merged).tolist() == want, (op, lit)
+    far = bind(parse([("t", "==", "9999-12-31")]), schema)[0][0]
+    assert prune_mask(far, old).tolist() == [True]  # beyond nanoseconds: cannot prune, no error

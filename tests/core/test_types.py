@@ -142,17 +142,19 @@ def test_normalize_schema_and_storage_type():
     out = normalize_schema(schema)
     assert out.equals(pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.timestamp("us", "UTC"))]))
     assert not out.metadata
-    # storage keeps dictionaries and widths, only replaces the large/view types
+    # storage keeps dictionaries and widths, replaces the large/view types; timestamps in us
     assert storage_type(pa.dictionary(pa.int8(), pa.large_string())).equals(pa.dictionary(pa.int8(), pa.string()))
     assert storage_type(pa.int8()).equals(pa.int8())
-    assert storage_type(pa.timestamp("ns")).equals(pa.timestamp("ns"))
+    for unit in ("s", "ms", "us", "ns"):
+        assert storage_type(pa.timestamp(unit, "UTC")).equals(pa.timestamp("us", "UTC"))
     with pytest.raises(UnsupportedTypeError, match="'t'"):
         normalize_schema(pa.schema([("t", pa.time32("s"))]))
 
 
 def test_read_type():
-    assert read_type(pa.timestamp("us", "UTC")).equals(pa.timestamp("ns", "UTC"))
-    assert read_type(pa.list_(pa.timestamp("us"))).equals(pa.list_(pa.timestamp("ns")))
+    # microseconds hold 0001-01-01 .. 9999-12-31 (nanoseconds end in 1677 / 2262)
+    assert read_type(pa.timestamp("us", "UTC")).equals(pa.timestamp("us", "UTC"))
+    assert read_type(pa.list_(pa.timestamp("us"))).equals(pa.list_(pa.timestamp("us")))
     assert read_type(pa.int64()).equals(pa.int64())
 
 
@@ -508,6 +510,11 @@ ACCEPT = [
     (dt.datetime(2024, 1, 2, 3), UTC, pd.Timestamp("2024-01-02 03:00", tz="UTC")),
     (pd.Timestamp("2024-01-02 03:00:00.000000001"), NAIVE, pd.Timestamp("2024-01-02 03:00:00.000000001")),
     (Decimal("1.5"), pa.decimal128(5, 2), Decimal("1.5")),
+    # Decimal literals (JSON predicates are parsed exactly) against int and float columns
+    (Decimal("123456789012345678901"), pa.uint64(), 123456789012345678901),
+    (Decimal("3.0"), pa.int64(), 3),
+    (Decimal("2.5"), pa.int64(), 2.5),
+    (Decimal("0.1"), pa.float64(), 0.1),
     ("x", pa.dictionary(pa.int8(), pa.string()), "x"),
 ]
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import math
 import os
 import threading
 import time
 from collections import Counter
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -42,16 +45,10 @@ UUID = "sales"
 N = 240
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", silence_logs=40)
-    c = distributed.Client(cluster, set_as_default=False)
-    try:
-        yield c
-    finally:
-        c.close()
-        cluster.close()
+@pytest.fixture
+def client(dask_cluster_client):
+    """The worker's process cluster (tests/conftest.py): 2 worker processes, 1 thread each."""
+    return dask_cluster_client
 
 
 @pytest.fixture(params=["distributed", "threads"])
@@ -156,7 +153,7 @@ def test_round_trip(scheduler, url):
     pd.testing.assert_frame_equal(by_id(got)[df.columns], by_id(df), check_dtype=False)
     # meta is the computed dtypes, exactly
     assert ddf.dtypes.to_dict() == got.dtypes.to_dict()
-    assert got["n"].dtype == pd.Int64Dtype() and got["d"].dtype == np.dtype("datetime64[ns]")
+    assert got["n"].dtype == pd.Int64Dtype() and got["d"].dtype == np.dtype("datetime64[us]")
     assert got["x"].dtype == np.dtype("int64") and got["b"].dtype == np.dtype("bool")
 
 
@@ -305,6 +302,86 @@ def test_dispatch_by_partition_column(scheduler, url):
         kd.read_dataset(url, UUID, dispatch_by=["x"])
     with pytest.raises(ColumnNotFoundError):
         kd.read_dataset(url, UUID, dispatch_by=["nope"])
+
+
+def nullable_chunks():
+    """Two chunks (two files): nulls only in the second, non-UTF-8 bytes in both."""
+    first = pa.table({"id": [0, 1], "bo": pa.array([True, False]), "n": pa.array([1, 2 ** 40]),
+                      "bin": pa.array([b"\xff\x00", b"ok"]), "lst": pa.array([[1], [2, None]]),
+                      "dec": pa.array([Decimal("1.5"), Decimal("-2")], pa.decimal128(38, 10)),
+                      "st": pa.array([{"x": 1}, {"x": 2}])})
+    second = pa.table({"id": [2, 3], "bo": pa.array([None, False]), "n": pa.array([None, 4], pa.int64()),
+                       "bin": pa.array([b"\x80", None]), "lst": pa.array([None, []], pa.list_(pa.int64())),
+                       "dec": pa.array([None, Decimal("3")], pa.decimal128(38, 10)),
+                       "st": pa.array([None, {"x": 3}])})
+    return first, second
+
+
+@pytest.mark.parametrize("convert_string", [True, False])
+def test_every_partition_has_the_meta_dtypes_and_exact_values(url, convert_string):
+    """Nulls in one file only: meta and every partition agree (nullable Int64/boolean);
+    binary (non-UTF-8), decimal, list and struct columns are never turned into strings."""
+    first, second = nullable_chunks()
+    kstore.store_dataset(url, UUID, [first, second])
+    source = pa.concat_tables([first, second])
+    with dask.config.set({"scheduler": "threads", "dataframe.convert-string": convert_string}):
+        ddf = kd.read_dataset(url, UUID)
+        assert ddf.npartitions == 2
+        for part in ddf.to_delayed():
+            assert part.compute().dtypes.to_dict() == ddf.dtypes.to_dict()
+        got = by_id(ddf.compute())
+        assert int((ddf["bo"] == False).sum().compute()) == 2  # noqa: E712
+    assert ddf.dtypes["n"] == pd.Int64Dtype() and ddf.dtypes["bo"] == pd.BooleanDtype()
+    for name in source.column_names:
+        values = [None if v is pd.NA else v for v in got[name].tolist()]
+        assert values == source.column(name).to_pylist(), name
+    # a read that plans only the null-free file has plain dtypes in meta and partitions alike
+    ddf = kd.read_dataset(url, UUID, predicates=[[("id", "<", 2)]], columns=["n", "bo"])
+    with dask.config.set(scheduler="threads"):
+        assert ddf.compute().dtypes.to_dict() == ddf.dtypes.to_dict() == {"n": np.dtype("int64"),
+                                                                       "bo": np.dtype("bool")}
+
+
+def test_kartothek_dtypes_fixture_reads_exactly(tmp_path):
+    """kartothek's pub_dtypes (bytes, lists, nullable columns, no statistics) through Dask."""
+    import shutil
+
+    from tests.interop.fixtures import SOURCE_STORE
+
+    root = str(tmp_path / "kartothek")
+    shutil.copytree(SOURCE_STORE / "pub_dtypes", f"{root}/pub_dtypes")
+    shutil.copy(SOURCE_STORE / "pub_dtypes.by-dataset-metadata.json", root)
+    expected = kstore.read_dataset(root, "pub_dtypes")
+    with dask.config.set(scheduler="threads"):
+        ddf = kd.read_dataset(root, "pub_dtypes")
+        got = ddf.compute()
+        for part in ddf.to_delayed():
+            assert part.compute().dtypes.to_dict() == ddf.dtypes.to_dict()
+    got, expected = by_id_col(got, "row_id"), by_id_col(expected, "row_id")
+    for name in expected.columns:
+        assert [_plain(v) for v in got[name]] == [_plain(v) for v in expected[name]], name
+
+
+def by_id_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    return df.sort_values(col).reset_index(drop=True)
+
+
+def _plain(v):
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return None if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)) else v
+
+
+@pytest.mark.parametrize("pred", [None, [[("x", ">", 3)]], [[("p", "==", "b")]]])
+def test_no_columns_counts_rows(scheduler, url, pred):
+    df = frame()
+    kd.store_dataset(ddf_of(df), url, UUID, partition_on=["p"])
+    ddf = kd.read_dataset(url, UUID, columns=[], predicates=pred)
+    want = len(df) if pred is None else int(((df.x > 3) if pred[0][0][0] == "x" else (df.p == "b")).sum())
+    assert list(ddf.columns) == [] and len(ddf) == want
+    assert ddf.compute().shape == (want, 0)
 
 
 def test_read_with_nothing_planned_is_empty_with_meta(url):

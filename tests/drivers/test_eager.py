@@ -15,21 +15,20 @@ written                    read back (``read_dataset``)
 int8 / int16 / int32       int64
 uint8 / ... / uint64       uint64 (uint64 max exact)
 float32 / float64          float64 (NaN, +-inf kept; a pandas NaN is a missing value)
-bool                       bool
+bool                       bool; with a missing value: boolean
 str (pandas 3 ``str``)     ``str`` (empty string kept, missing -> NaN)
 bytes                      object (``bytes``)
-date (``datetime.date``)   datetime64[ns]; ``dates_as_object=True``: ``datetime.date``
-timestamp[ns] naive        datetime64[ns] (nanoseconds kept)
-timestamp tz               datetime64[ns, <same tz>]
+date (``datetime.date``)   datetime64[us]; ``dates_as_object=True``: ``datetime.date``
+timestamp naive (any unit) datetime64[us] (0001-01-01 .. 9999-12-31; nanoseconds refused)
+timestamp tz               datetime64[us, <same tz>]
 Int64 / boolean (nullable) Int64 / boolean with ``<NA>``
 list<int64>                object (one numpy array per row; None stays None)
 category                   ``str``; ``categoricals=[col]``: category
 =========================  ==========================================================
 
 Partition columns follow the same table: the value decoded from the key is typed by the
-dataset schema (``'False'`` -> False, ``'a%2Fb'`` -> ``'a/b'``, dates -> datetime64[ns]).
-``as_arrow=True`` returns the normalized Arrow types with timestamps in ns and dates as
-date32. Default column order: partition columns first, then the data columns in input
+dataset schema (``'False'`` -> False, ``'a%2Fb'`` -> ``'a/b'``, dates -> datetime64[us]).
+``as_arrow=True`` returns the normalized Arrow types (timestamps in us, dates as date32). Default column order: partition columns first, then the data columns in input
 order.
 """
 
@@ -85,6 +84,7 @@ def lists(series: pd.Series) -> list:
 
 
 def ts_ns(values, tz: str | None = None) -> pd.Series:
+    """Timestamps in a nanosecond pandas dtype (whole microseconds: kstore's unit)."""
     s = pd.Series([pd.Timestamp(v) for v in values]).astype("datetime64[ns]")
     return s.dt.tz_localize("UTC").dt.tz_convert(tz) if tz else s
 
@@ -97,9 +97,9 @@ def expected_read(src: pd.DataFrame) -> pd.DataFrame:
         if isinstance(dtype, pd.CategoricalDtype):
             s = s.astype("str")
         elif isinstance(dtype, pd.DatetimeTZDtype):
-            s = s.astype(f"datetime64[ns, {dtype.tz}]")
+            s = s.astype(f"datetime64[us, {dtype.tz}]")
         elif str(dtype).startswith("datetime64"):
-            s = s.astype("datetime64[ns]")
+            s = s.astype("datetime64[us]")
         elif str(dtype) in ("Int8", "Int16", "Int32"):
             s = s.astype("Int64")
         elif str(dtype) in ("UInt8", "UInt16", "UInt32"):
@@ -115,7 +115,7 @@ def expected_read(src: pd.DataFrame) -> pd.DataFrame:
         elif dtype.kind == "O" and s.notna().any() and all(
             isinstance(v, dt.date) and not isinstance(v, dt.datetime) for v in s.dropna()
         ):
-            s = pd.to_datetime(s).astype("datetime64[ns]")
+            s = pd.to_datetime(s).astype("datetime64[us]")
         out[name] = s.reset_index(drop=True)
     return pd.DataFrame(out)
 
@@ -188,11 +188,11 @@ def type_frame() -> pd.DataFrame:
             "by": [b"a", b"", b"\x00\xff", b"xyz", b"/"],
             "d": [dt.date(1970, 1, 1), dt.date(2024, 2, 29), dt.date(1900, 1, 1), dt.date(2200, 12, 31),
                   dt.date(2000, 1, 1)],
-            "ts": ts_ns(["2024-01-01 00:00:00.000000001", "1970-01-01", "1969-12-31 23:59:59.999999999",
+            "ts": ts_ns(["2024-01-01 00:00:00.000001", "1970-01-01", "1969-12-31 23:59:59.999999",
                          "2262-04-11", "2000-02-29 12:00"]),
             # UTC instants around both 2024 DST switches in Berlin (incl. the repeated hour)
-            "tz": ts_ns(["2024-03-31 00:59:59.999999999", "2024-03-31 01:00:00", "2024-10-27 00:30",
-                         "2024-10-27 01:30", "2024-06-01 12:00:00.000000007"], BERLIN),
+            "tz": ts_ns(["2024-03-31 00:59:59.999999", "2024-03-31 01:00:00", "2024-10-27 00:30",
+                         "2024-10-27 01:30", "2024-06-01 12:00:00.000007"], BERLIN),
             "ni": pd.array([1, None, -3, None, 2**62], dtype="Int64"),
             "l": [[1, 2], [], None, [-1], [2**62]],
             "cat": pd.Categorical(["x", "y", "x", None, "z"]),
@@ -217,11 +217,11 @@ def test_round_trip_every_type(store_url):
     out = by_id(out)
     assert out["u64"].iloc[4] == np.uint64(2**64 - 1)
     assert out["i64"].iloc[0] == -(2**63)
-    assert out["ts"].iloc[0].value == pd.Timestamp("2024-01-01").value + 1
+    assert out["ts"].iloc[0] == pd.Timestamp("2024-01-01") + pd.Timedelta(microseconds=1)
     assert math.isnan(out["f32"].iloc[2]) and out["f32"].iloc[3] == np.inf and out["f64"].iloc[4] == -np.inf
     assert out["s"].iloc[1] == "" and pd.isna(out["ns"].iloc[1])
     assert out["ni"].iloc[1] is pd.NA and out["nb"].iloc[1] is pd.NA
-    assert out["tz"].iloc[4] == pd.Timestamp("2024-06-01 14:00:00.000000007", tz=BERLIN)
+    assert out["tz"].iloc[4] == pd.Timestamp("2024-06-01 14:00:00.000007", tz=BERLIN)
     assert type(out["by"].iloc[2]) is bytes and out["by"].iloc[2] == b"\x00\xff"
 
 
@@ -252,12 +252,12 @@ def test_round_trip_as_arrow_types(store_url):
     assert types["s"] == pa.string() and types["ns"] == pa.string() and types["cat"] == pa.string()
     assert types["by"] == pa.binary()
     assert types["d"] == pa.date32()
-    assert types["ts"] == pa.timestamp("ns")
-    assert types["tz"] == pa.timestamp("ns", BERLIN)
+    assert types["ts"] == pa.timestamp("us")
+    assert types["tz"] == pa.timestamp("us", BERLIN)
     assert pa.types.is_list(types["l"]) and types["l"].value_type == pa.int64()
     t = t.sort_by("id")
     assert t.column("u64").to_pylist()[4] == 2**64 - 1
-    assert t.column("ts").cast(pa.int64()).to_pylist()[0] == pd.Timestamp("2024-01-01").value + 1
+    assert t.column("ts").cast(pa.int64()).to_pylist()[0] == pd.Timestamp("2024-01-01").value // 1000 + 1
     assert t.column("l").to_pylist() == [[1, 2], [], None, [-1], [2**62]]
 
 
@@ -269,6 +269,62 @@ def test_common_metadata_holds_normalized_types(store_url):
     assert types["ts"] == pa.timestamp("us") and types["tz"] == pa.timestamp("us", BERLIN)
     assert types["cat"] == pa.string() and types["d"] == pa.date32()
     assert kstore.read_schema(store_url, "types").names == list(type_frame().columns)
+
+
+def test_timestamps_and_dates_at_the_extremes(store_url):
+    """Open-ended validity (``valid_to = 9999-12-31``) and 0001-01-01: written, indexed,
+    partitioned, filtered and read back exactly (microseconds, as Spark holds them)."""
+    lo, hi = dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
+    utc = dt.timezone.utc
+    src = pa.table({
+        "id": [0, 1, 2, 3],
+        "p": pa.array([dt.datetime(9999, 12, 31), dt.datetime(9999, 12, 31), lo, dt.datetime(2024, 1, 1)],
+                      pa.timestamp("us")),
+        "valid_to": pa.array([hi, dt.datetime(2024, 1, 1), lo, None], pa.timestamp("us")),
+        "tz": pa.array([hi.replace(tzinfo=utc), lo.replace(tzinfo=utc), None, dt.datetime(1677, 9, 21, tzinfo=utc)],
+                       pa.timestamp("us", "UTC")),
+        "d": pa.array([dt.date(9999, 12, 31), dt.date(1, 1, 1), None, dt.date(2262, 4, 12)]),
+    })
+    kstore.store_dataset(store_url, "ext", src, partition_on=["p"], secondary_indices=["valid_to"])
+    assert kstore.read_schema(store_url, "ext").field("valid_to").type == pa.timestamp("us")
+    t = kstore.read_dataset(store_url, "ext", as_arrow=True).sort_by("id")
+    assert t.select(src.column_names).equals(src)
+    df = by_id(kstore.read_dataset(store_url, "ext"))
+    assert df["valid_to"].dtype == "datetime64[us]" and df["d"].dtype == "datetime64[us]"
+    assert df["valid_to"].iloc[0] == pd.Timestamp(hi) and df["d"].iloc[1] == pd.Timestamp("0001-01-01")
+    assert by_id(kstore.read_dataset(store_url, "ext", dates_as_object=True))["d"].tolist()[:2] == [
+        dt.date(9999, 12, 31), dt.date(1, 1, 1)]
+    for pred, want in [
+        ([("valid_to", "==", hi)], [0]),
+        ([("valid_to", ">", dt.datetime(2262, 4, 12))], [0]),
+        ([("valid_to", "<", "1677-09-21")], [2]),
+        ([("valid_to", "in", [lo, hi])], [0, 2]),
+        ([("p", "==", dt.datetime(9999, 12, 31))], [0, 1]),
+        ([("p", "<", pd.Timestamp("1000-01-01"))], [2]),
+        ([("tz", ">=", pd.Timestamp("9999-12-31", tz="UTC"))], [0]),
+        ([("d", "==", "9999-12-31")], [0]),
+        ([("d", "<", dt.date(1677, 9, 21))], [1]),
+        ([("valid_to", "==", pd.Timestamp("2024-01-01 00:00:00.000000001"))], []),  # between microseconds
+        ([("valid_to", "<=", pd.Timestamp("2024-01-01 00:00:00.000000001"))], [1, 2]),
+    ]:
+        assert sorted(kstore.read_dataset(store_url, "ext", predicates=[pred])["id"]) == want, pred
+    frames = list(kstore.iter_dataset(store_url, "ext"))
+    assert sorted(i for f in frames for i in f["id"]) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("tz", [None, BERLIN])
+def test_nanosecond_timestamps_are_refused_before_writing(store_url, all_keys, tz):
+    """Microseconds hold what Spark and kartothek hold; a nanosecond value is refused with
+    the column and the value named, and nothing is written (whole microseconds in a
+    nanosecond dtype are fine)."""
+    fine = pd.DataFrame({"id": [0, 1], "t": ts_ns(["2024-01-01 00:00:00.000001", "1969-12-31 23:59:59"], tz)})
+    kstore.store_dataset(store_url, "fine", fine)
+    assert_read_equals(kstore.read_dataset(store_url, "fine"), fine)
+    before = all_keys(store_url)
+    bad = pd.DataFrame({"id": [0, 1], "t": ts_ns(["2024-01-01", "2024-01-01 00:00:00.000000001"], tz)})
+    with pytest.raises(UnsupportedTypeError, match=r"column 't' .* 0[01]:00:00\.000000001.*microseconds"):
+        kstore.store_dataset(store_url, "bad", bad)
+    assert all_keys(store_url) == before
 
 
 # -- partition columns ---------------------------------------------------------------------
@@ -289,9 +345,12 @@ PARTITION_CASES = {
                          "a+b", "~x", "%2F", "back\\slash", "q?&#", "new\nline", "'quote\"", "True"]),
     "bytes": pd.Series([b"a", b"b/c", b"\xff\x00", b"", b"'", b"=%"]),
     "date": pd.Series([dt.date(2024, 1, 1), dt.date(1970, 1, 1), dt.date(2099, 12, 31), dt.date(2000, 2, 29)]),
-    "timestamp": ts_ns(["2024-01-01", "2024-01-01 12:34:56.123456789", "1969-12-31 23:59:59", "2000-01-01 00:00:01"]),
+    "timestamp": ts_ns(["2024-01-01", "2024-01-01 12:34:56.123456", "1969-12-31 23:59:59", "2000-01-01 00:00:01"]),
     "timestamp_tz": ts_ns(["2024-03-31 00:30", "2024-10-27 00:30", "2024-10-27 01:30",
-                           "2024-06-01 00:00:00.000000001"], BERLIN),
+                           "2024-06-01 00:00:00.000001"], BERLIN),
+    "timestamp_extremes": pd.Series([pd.Timestamp("0001-01-01"), pd.Timestamp("9999-12-31 23:59:59.999999"),
+                                     pd.Timestamp("1677-09-21"), pd.Timestamp("2262-04-12")]),
+    "date_extremes": pd.Series([dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1970, 1, 1)]),
     "categorical": pd.Series(pd.Categorical(["u", "v", "u", "w"])),
 }
 
@@ -685,12 +744,26 @@ def test_columns_projection_keeps_order(pred_store, pred_df):
     assert t.schema.names == ["q", "s"]
 
 
+@pytest.mark.parametrize("pred", [None, [[("s", "==", "s2"), ("q", "==", 1)]], [[("p", "==", "a")]]],
+                         ids=["all", "plain-column", "partition-column"])
+def test_no_columns_still_counts_rows(pred_store, pred_df, pred):
+    """``columns=[]`` reads no column but every matching row (a row count), in every read call."""
+    want = len(oracle_ids(pred_df, pred)) if pred else len(pred_df)
+    assert kstore.read_dataset(pred_store, PRED_UUID, columns=[], predicates=pred).shape == (want, 0)
+    t = kstore.read_dataset(pred_store, PRED_UUID, columns=[], predicates=pred, as_arrow=True)
+    assert (t.num_rows, t.num_columns) == (want, 0)
+    t = kstore.read_table(pred_store, PRED_UUID, columns=[], predicates=pred)
+    assert (t.num_rows, t.num_columns) == (want, 0)
+    frames = list(kstore.iter_dataset(pred_store, PRED_UUID, columns=[], predicates=pred))
+    assert sum(len(f) for f in frames) == want and all(f.shape[1] == 0 for f in frames)
+
+
 def test_as_arrow_equals_pandas_read(pred_store):
     pred = [[("x", ">=", 2)]]
     t = kstore.read_dataset(pred_store, PRED_UUID, predicates=pred, as_arrow=True)
     df = kstore.read_dataset(pred_store, PRED_UUID, predicates=pred)
     assert isinstance(t, pa.Table)
-    assert t.schema.field("d").type == pa.date32() and t.schema.field("t").type == pa.timestamp("ns")
+    assert t.schema.field("d").type == pa.date32() and t.schema.field("t").type == pa.timestamp("us")
     assert t.schema.field("x").type == pa.int64() and t.schema.field("q").type == pa.int64()
     assert sorted(t.column("id").to_pylist()) == sorted(df["id"].tolist())
     rt = kstore.read_table(pred_store, PRED_UUID, predicates=pred)
@@ -718,9 +791,9 @@ def test_read_categoricals(pred_store, pred_df):
 def test_dates_as_object(pred_store, pred_df):
     out = by_id(kstore.read_dataset(pred_store, PRED_UUID, dates_as_object=True))
     assert out["d"].dtype == object and out["d"].tolist() == pred_df["d"].tolist()
-    assert out["t"].dtype == "datetime64[ns]"  # only dates change
+    assert out["t"].dtype == "datetime64[us]"  # only dates change
     out = kstore.read_dataset(pred_store, PRED_UUID)
-    assert out["d"].dtype == "datetime64[ns]"
+    assert out["d"].dtype == "datetime64[us]"
 
 
 def test_iter_dataset_yields_one_frame_per_partition(pred_store, pred_df):
@@ -738,6 +811,24 @@ def test_iter_dataset_yields_one_frame_per_partition(pred_store, pred_df):
     assert sorted(pd.concat(frames)["id"]) == oracle_ids(pred_df, pred)
     tables = list(kstore.iter_dataset(pred_store, PRED_UUID, as_arrow=True, predicates=[[("p", "==", "a")]]))
     assert len(tables) == 4 and all(isinstance(t, pa.Table) for t in tables)
+
+
+def test_iter_dataset_frames_share_dtypes(store_url):
+    """A null in one file only: every frame of ``iter_dataset`` reads the int/bool columns
+    as Int64/boolean (and the null-free file's frame too); values exact."""
+    first = pa.table({"id": [0, 1], "n": pa.array([1, 2 ** 40]), "bo": pa.array([True, False])})
+    second = pa.table({"id": [2, 3], "n": pa.array([None, 4], pa.int64()), "bo": pa.array([None, False])})
+    kstore.store_dataset(store_url, "nulls", [first, second])
+    frames = list(kstore.iter_dataset(store_url, "nulls"))
+    assert len(frames) == 2
+    assert all(f.dtypes.to_dict() == {"id": np.dtype("int64"), "n": pd.Int64Dtype(), "bo": pd.BooleanDtype()}
+               for f in frames)
+    got = by_id(pd.concat(frames, ignore_index=True))
+    assert [None if v is pd.NA else v for v in got["n"]] == [1, 2 ** 40, None, 4]
+    assert [None if v is pd.NA else v for v in got["bo"]] == [True, False, None, False]
+    assert int((got["bo"] == False).sum()) == 2  # noqa: E712
+    # the eager read: one frame, the same dtypes
+    assert kstore.read_dataset(store_url, "nulls").dtypes.to_dict() == frames[0].dtypes.to_dict()
 
 
 def test_plan_read_prunes_by_partition_and_index(pred_store, pred_df, file_rows):

@@ -519,25 +519,32 @@ def test_reading_from_a_store_that_does_not_exist_creates_nothing(tmp_path):
     assert len(kstore.read_dataset(str(missing), UUID)) == 3
 
 
-# -- values Arrow holds but pandas' datetime64[ns] does not ---------------------------------------
+# -- timestamps and dates beyond pandas' datetime64[ns] (stored in microseconds, issue #10) ----------
 
 
-def test_timestamps_beyond_the_nanosecond_range_are_refused_before_writing(store_url):
+def test_timestamps_with_nanoseconds_are_refused_before_writing(store_url):
     new_dataset(store_url)
     before = snapshot(store_url)
-    far = pa.table({"x": [1, 2], "t": pa.array([2**62, 0], pa.timestamp("us"))})
-    with pytest.raises(InvalidArgumentError, match="column 't'.*2262"):
-        kstore.store_dataset(store_url, "far", far)
+    ns = pa.table({"x": [1, 2], "t": pa.array([1_700_000_000_000_000_001, 0], pa.timestamp("ns"))})
+    with pytest.raises(kstore.errors.UnsupportedTypeError, match="column 't'.*floor"):
+        kstore.store_dataset(store_url, "ns", ns)
     assert_nothing_written_and_readable(store_url, before)
 
 
-def test_dates_beyond_2262_need_dates_as_object(store_url):
-    df = pd.DataFrame({"x": [1, 2], "d": [datetime.date(9999, 12, 31), datetime.date(2024, 1, 1)]})
-    kstore.store_dataset(store_url, "dates", df)
-    with pytest.raises(InvalidArgumentError, match="column 'd'.*dates_as_object=True"):
-        kstore.read_dataset(store_url, "dates")
-    got = kstore.read_dataset(store_url, "dates", dates_as_object=True, predicates=[[("d", ">", "2025-01-01")]])
-    assert got["d"].tolist() == [datetime.date(9999, 12, 31)]
+def test_timestamps_and_dates_of_years_1_to_9999_read_back_exactly(store_url):
+    lo, hi = datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
+    df = pd.DataFrame({"x": [1, 2, 3],
+                       "d": [datetime.date(9999, 12, 31), datetime.date(2024, 1, 1), datetime.date(1, 1, 1)],
+                       "t": pa.array([hi, lo, None], pa.timestamp("us")).to_pandas()})
+    kstore.store_dataset(store_url, "far", df)
+    got = kstore.read_dataset(store_url, "far")
+    assert str(got["d"].dtype) == "datetime64[us]" and str(got["t"].dtype) == "datetime64[us]"
+    assert [v.date() for v in got["d"]] == df["d"].tolist()
+    assert got["t"].tolist()[:2] == [pd.Timestamp(hi), pd.Timestamp(lo)] and got["t"].isna().tolist()[2]
+    late = kstore.read_dataset(store_url, "far", dates_as_object=True, predicates=[[("d", ">", "2025-01-01")]])
+    assert late["d"].tolist() == [datetime.date(9999, 12, 31)]
+    early = kstore.read_dataset(store_url, "far", predicates=[[("t", "<", datetime.datetime(1677, 1, 1))]])
+    assert early["x"].tolist() == [2]
 
 
 def test_statistics_of_values_python_cannot_hold_are_unknown():

@@ -1,8 +1,8 @@
 """The Spark driver (``kstore.spark``) on a real local Spark session (``local[2,2]``, Java 17).
 
-One session for the module (starting Spark takes ~20 s): 2 cores, up to 2 attempts per
-task (so retries can be tested), UTC session time zone (one test switches to
-Europe/Berlin). Stores are local directories (executors are separate Python processes, so
+One session per pytest worker (``spark`` in tests/conftest.py; starting Spark takes ~20 s):
+2 cores, up to 2 attempts per task (so retries can be tested), UTC session time zone (one
+test switches to Europe/Berlin). Stores are local directories (executors are separate Python processes, so
 memory stores cannot be shared with them). Test-local classes (a store that logs every
 ``open`` to a file, failure injectors) reach the executors by value through cloudpickle.
 
@@ -12,7 +12,9 @@ What is checked:
   and ``df.write.format("kstore")``, and the same values through pandas, Dask and plateau;
 * modes (error / append / overwrite / overwrite_partitions), ``update_dataset`` with
   ``delete_scope``, idempotent ``txn``, time travel (``version`` / ``as_of``);
-* filter pushdown: the files opened (logged by the store) are exactly the planned ones;
+* planning: with ``predicates`` the files opened (logged by the store) are exactly the
+  planned ones; ``.filter`` results are exact however Spark reuses a DataFrame's read plan
+  (unions, self-joins, repeated actions); decimal(38, s) literals; unknown options refused;
 * failures: unsupported types fail before any file is written; a task failure mid-write
   leaves the dataset unchanged (and GC removes what the other tasks wrote); a retried
   task's first attempt leaves nothing in the committed version.
@@ -21,9 +23,7 @@ What is checked:
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -50,7 +50,6 @@ from kstore.io.local import LocalStore
 pyspark = pytest.importorskip("pyspark")
 
 from pyspark import cloudpickle  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
@@ -66,40 +65,9 @@ pytestmark = [
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _java_ok() -> bool:
-    try:
-        return subprocess.run(["java", "-version"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 # ---------------------------------------------------------------------------------------
-# fixtures
+# fixtures (``spark``, the worker's session, comes from tests/conftest.py)
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def spark():
-    if not _java_ok():
-        pytest.skip("Spark needs Java (17)")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,2]")  # 2 cores, 2 attempts per task
-        .appName("kstore-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    ks.register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture
@@ -322,7 +290,7 @@ def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, be
     ks.store_dataset(df, store, "tz", secondary_indices=["ts"])
     pdf = kstore.read_dataset(store, "tz").sort_values("id")
     assert list(pdf["ts"]) == [pd.Timestamp(t) for t in instants]  # UTC instants
-    assert str(pdf["ts"].dtype) == "datetime64[ns, UTC]"
+    assert str(pdf["ts"].dtype) == "datetime64[us, UTC]"
     assert list(pdf["ntz"]) == [pd.Timestamp(t.replace(tzinfo=None)) for t in instants]
     back = ks.read_dataset(spark, store, "tz")
     assert_rows_equal(back.collect(), df.collect())
@@ -335,6 +303,44 @@ def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, be
     assert sorted(r.id for r in later.collect()) == [k for k, t in enumerate(instants)
                                                     if t >= dt.datetime(2024, 10, 27, 2, tzinfo=UTC)]
     assert [r.id for r in back.filter("ntz = timestamp_ntz'2024-10-27 01:30:00'").collect()] == [2]
+
+
+def extremes_frame(spark):
+    lo, hi = dt.datetime(1, 1, 1, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    rows = [(0, hi, hi.replace(tzinfo=None), dt.date(9999, 12, 31), "open"),
+            (1, lo, lo.replace(tzinfo=None), dt.date(1, 1, 1), "first"),
+            (2, dt.datetime(1677, 9, 21, tzinfo=UTC), dt.datetime(2262, 4, 12), dt.date(1970, 1, 1), "ns-edge"),
+            (3, None, None, None, "open")]
+    return spark.createDataFrame(rows, "id long, valid_to timestamp, ntz timestamp_ntz, d date, kind string")
+
+
+@pytest.mark.parametrize("how", ["store_dataset", "datasource"])
+def test_timestamps_and_dates_at_the_extremes(spark, store, how):
+    """``valid_to = 9999-12-31 23:59:59.999999`` and year 1: written from Spark (statistics
+    included), read back exactly in Spark (pushed and not) and in pandas."""
+    df = extremes_frame(spark)
+    if how == "store_dataset":
+        ks.store_dataset(df, store, "ext", partition_on=["kind"], secondary_indices=["valid_to"])
+    else:
+        (df.write.format("kstore").option("dataset_uuid", "ext").option("partition_on", "kind")
+           .option("secondary_indices", "valid_to").mode("overwrite").save(store))
+    back = ks.read_dataset(spark, store, "ext")
+
+    def canon(d):  # PySpark cannot collect year-1 TimestampType values (local-time conversion)
+        return d.selectExpr("id", "unix_micros(valid_to) AS valid_to", "ntz", "d", "kind").collect()
+
+    assert_rows_equal(canon(back), canon(df))
+    for cond in ["valid_to = timestamp'9999-12-31 23:59:59.999999+00:00'", "valid_to < timestamp'1677-09-21 00:00:00+00:00'",
+                 "ntz > timestamp_ntz'2262-04-11 00:00:00'", "d = DATE'0001-01-01'", "d > DATE'2262-04-11'"]:
+        got = sorted(r.id for r in back.filter(cond).select("id").collect())
+        assert got == sorted(r.id for r in df.filter(cond).select("id").collect()), cond
+    pushed = ks.read_dataset(spark, store, "ext", predicates=[[("valid_to", ">", dt.datetime(2262, 4, 12, tzinfo=UTC))]])
+    assert [r.id for r in pushed.select("id").collect()] == [0]
+    pdf = kstore.read_dataset(store, "ext").sort_values("id")
+    assert pdf["valid_to"].tolist()[:3] == [pd.Timestamp("9999-12-31 23:59:59.999999", tz="UTC"),
+                                            pd.Timestamp("0001-01-01", tz="UTC"), pd.Timestamp("1677-09-21", tz="UTC")]
+    assert pdf["ntz"].tolist()[:2] == [pd.Timestamp("9999-12-31 23:59:59.999999"), pd.Timestamp("0001-01-01")]
+    assert pdf["d"].tolist()[:2] == [pd.Timestamp("9999-12-31"), pd.Timestamp("0001-01-01")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -533,27 +539,42 @@ def push_rows() -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "spark_filter, python_filter, files",
+    "spark_filter, dnf, python_filter, files, pushed_files",
     [
-        ("loc = 15", lambda r: r["loc"] == 15, 1),  # secondary index
-        ("p = 'c'", lambda r: r["p"] == "c", 1),  # partition value
-        ("loc IN (1, 35)", lambda r: r["loc"] in (1, 35), 2),
-        ("loc >= 30", lambda r: r["loc"] >= 30, 1),  # index range
-        ("loc < 12 AND p <> 'a'", lambda r: r["loc"] < 12 and r["p"] != "a", 1),
-        ("z IS NULL", lambda r: r["z"] is None, 1),  # statistics: only p=d has nulls
-        ("z = 'z1' AND loc = 22", lambda r: r["z"] == "z1" and r["loc"] == 22, 1),
-        ("day = DATE'2024-01-02'", lambda r: r["day"] == dt.date(2024, 1, 2), 1),  # statistics
-        ("loc % 2 = 0", lambda r: r["loc"] % 2 == 0, 4),  # not pushable: Spark filters
-        ("loc = 15 OR p = 'a'", lambda r: r["loc"] == 15 or r["p"] == "a", 4),  # Spark pushes no OR
+        ("loc = 15", [[("loc", "==", 15)]], lambda r: r["loc"] == 15, 1, 1),  # secondary index
+        ("p = 'c'", [[("p", "==", "c")]], lambda r: r["p"] == "c", 1, 1),  # partition value
+        ("loc IN (1, 35)", [[("loc", "in", [1, 35])]], lambda r: r["loc"] in (1, 35), 2, 2),
+        ("loc >= 30", [[("loc", ">=", 30)]], lambda r: r["loc"] >= 30, 1, 1),  # index range
+        ("loc < 12 AND p <> 'a'", [[("loc", "<", 12), ("p", "!=", "a")]],
+         lambda r: r["loc"] < 12 and r["p"] != "a", 1, 1),
+        ("z IS NULL", [[("z", "is null")]], lambda r: r["z"] is None, 1, 1),  # statistics: only p=d has nulls
+        ("z = 'z1' AND loc = 22", [[("z", "==", "z1"), ("loc", "==", 22)]],
+         lambda r: r["z"] == "z1" and r["loc"] == 22, 1, 1),
+        ("day = DATE'2024-01-02'", [[("day", "==", dt.date(2024, 1, 2))]],
+         lambda r: r["day"] == dt.date(2024, 1, 2), 1, 1),  # statistics
+        ("loc % 2 = 0", None, lambda r: r["loc"] % 2 == 0, 4, 4),  # not a kstore predicate
+        ("loc = 15 OR p = 'a'", [[("loc", "==", 15)], [("p", "==", "a")]],
+         lambda r: r["loc"] == 15 or r["p"] == "a", 2, 4),  # Spark pushes no OR
     ],
 )
-def test_pushdown_prunes_files(spark, store, pushed, spark_filter, python_filter, files):
+def test_predicates_prune_files_and_filters_are_exact(spark, store, pushed, spark_filter, dnf, python_filter, files,
+                                                     pushed_files):
+    """``predicates`` (kstore's planner) open only the planned files; ``.filter`` gives the
+    same rows. Spark 4.3 shares a pushed read plan between the scans of a DataFrame, so
+    there kstore takes no ``.filter`` pushdown (every file is read, Spark filters); where
+    scans keep their own plan, pushed filters prune like predicates."""
     expected = sorted(r["id"] for r in push_rows() if python_filter(r))
-    df = ks.read_dataset(spark, pushed, "push").filter(spark_filter)
+    df = ks.read_dataset(spark, pushed, "push", predicates=dnf)
+    if dnf is None:
+        df = df.filter(spark_filter)
     assert sorted(r.id for r in df.collect()) == expected
     opened = pushed.keys()
     assert len(opened) == files, opened
     assert all("/p=" in k for k in opened) and len(set(opened)) == len(opened)
+    pushed.reset()
+    df = ks.read_dataset(spark, pushed, "push").filter(spark_filter)
+    assert sorted(r.id for r in df.collect()) == expected
+    assert len(pushed.keys()) == (pushed_files if ks.scans_keep_own_read_plan(spark) else 4)
 
 
 def test_negated_filters_are_exact(spark, store, pushed):
@@ -588,19 +609,171 @@ def test_pushdown_with_predicates_option_and_reuse(spark, store, pushed):
     assert base.filter("p = 'a'").count() == PUSH_N // 4
 
 
-@pytest.mark.xfail(strict=True, reason="Spark 4.3 reuses a pushed-down scan's cached read plan for a later query "
-                   "on the same DataFrame that pushes no filter; kstore.spark.read_dataset guards against it")
 def test_plain_load_reused_without_filters(spark, store, pushed):
+    """Spark 4.3 keeps a pushed scan's read plan on the relation and reuses it for a later
+    query on the same DataFrame that pushes no filter; the plan must hold every row."""
     df = spark.read.format("kstore").option("dataset_uuid", "push").load(store)
     assert df.filter("loc = 15").count() == 10
-    assert df.count() == PUSH_N  # Spark 4.3.0: 10 (the plan of the previous query)
+    assert df.count() == PUSH_N  # Spark 4.3.0 with kstore's pushdown: 10 (the previous query's plan)
+    assert df.filter("p = 'a'").count() == PUSH_N // 4
 
 
-def test_plain_load_pushes_filters(spark, store, pushed):
+def test_plain_load_filters_are_exact(spark, store, pushed):
     df = spark.read.format("kstore").option("dataset_uuid", "push").load(ks.store_option(pushed))
     assert sorted(r.id for r in df.filter("loc = 15").collect()) == [k for k in range(PUSH_N)
                                                                      if k % 4 == 1 and (k // 4) % 10 == 5]
-    assert len(pushed.keys()) == 1
+    assert len(pushed.keys()) == (1 if ks.scans_keep_own_read_plan(spark) else 4)
+
+
+def reuse_dataset(spark, store):
+    ks.store_dataset(spark.range(100).selectExpr("id", "cast(id % 10 as int) as loc"), store, "d",
+                     partition_on=["loc"])
+
+
+@pytest.mark.parametrize("load", ["read_dataset", "format"])
+def test_union_and_self_join_of_one_dataframe_are_exact(spark, store, load):
+    """Spark plans the pushdown of both sides on the same relation and reads one plan twice
+    (the issue's examples: 200 and 50 rows were returned for 110 and 0)."""
+    reuse_dataset(spark, store)
+    if load == "read_dataset":
+        d = ks.read_dataset(spark, store, "d")
+    else:
+        d = spark.read.format("kstore").option("dataset_uuid", "d").load(store)
+    ids = range(100)
+    cases = [  # (the DataFrame, the ids it must return: Python filtering of the source)
+        (d.filter("loc = 3").union(d), [i for i in ids if i % 10 == 3] + list(ids)),
+        (d.union(d.filter("loc = 3")), list(ids) + [i for i in ids if i % 10 == 3]),
+        (d.filter("loc < 5").join(d.filter("loc >= 5"), "id"), []),
+        (d.filter("loc < 5").join(d.filter("loc < 7"), "id"), [i for i in ids if i % 10 < 5]),
+        (d.filter("loc < 7").join(d.filter("loc < 5"), "id"), [i for i in ids if i % 10 < 5]),
+        (d.filter("loc = 1").union(d.filter("loc = 2")).union(d.filter("id >= 95")),
+         [i for i in ids if i % 10 in (1, 2) or i >= 95]),
+    ]
+    assert d.filter("loc = 3").union(d).count() == 110 and d.filter("loc < 5").join(d.filter("loc >= 5"), "id").count() == 0
+    for df, want in cases:
+        assert sorted(r.id for r in df.select("id").collect()) == sorted(want)
+    # repeated actions on one DataFrame, with and without filters
+    for _ in range(2):
+        assert d.count() == 100 and d.filter("loc = 9").count() == 10 and d.filter("id < 10").count() == 10
+
+
+def test_scoped_reader_pushdown_prunes_and_reports_exact_terms_only(spark, store, pushed):
+    """What a Spark that keeps read plans per scan gets: the reader prunes by the pushed
+    filters and hands back every filter it does not evaluate exactly (a decimal literal
+    PySpark may have rounded, floats)."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+
+    from kstore.spark.datasource import KstoreDataSource
+
+    source = KstoreDataSource({"path": store, "dataset_uuid": "push"})
+    reader = source.reader(source.schema())
+    keep = [EqualTo(("loc",), 15), GreaterThan(("id",), 3), EqualTo(("nope",), 1)]
+    assert list(reader.pushFilters(keep)) == [keep[2]]
+    parts = reader.partitions()
+    assert sum(len(p.plan.tasks) for p in parts) == 1
+    rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in push_rows() if r["loc"] == 15 and r["id"] > 3)
+    from kstore.spark.reader import filter_to_term
+
+    dec = pa.schema([("d", pa.decimal128(38, 10)), ("f", pa.float64())])
+    rounded = Decimal("123456789012345678901234567.0")  # 28 digits: what PySpark's context leaves
+    assert filter_to_term(EqualTo(("d",), rounded), dec) == (None, False)
+    assert filter_to_term(In(("d",), (Decimal("1.5"), rounded)), dec) == (None, False)
+    term, exact = filter_to_term(EqualTo(("d",), Decimal("1.5")), dec)
+    assert term.value == Decimal("1.5") and exact
+    assert filter_to_term(GreaterThan(("f",), 1.5), dec)[1] is False
+
+
+DEC = [Decimal("123456789012345678901234567.0123456789"), Decimal("123456789012345678901234567.0123456788"),
+       Decimal("-9999999999999999999999999999.9999999999"), Decimal("1.5"), None]
+
+
+def test_decimal_38_filters_are_exact(spark, store):
+    """decimal(38,10) literals keep all 38 digits (PySpark rounds pushed ones to 28):
+    Spark filters, the predicates option (list and JSON) and pandas agree with Spark's
+    own filtering of the source."""
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(DEC)], "id long, dec decimal(38,10)")
+    ks.store_dataset(df, store, "dec", secondary_indices=["id"])
+    back = ks.read_dataset(spark, store, "dec")
+    big = "123456789012345678901234567.0123456789"
+    for cond in [f"dec = {big}", f"dec < {big}", f"dec IN ({big})", f"dec != {big}", f"dec >= {big}",
+                 f"NOT dec IN ({big}, 1.5)", "dec > -9999999999999999999999999999.9999999998"]:
+        want = sorted(r.id for r in df.filter(cond).collect())
+        assert sorted(r.id for r in back.filter(cond).collect()) == want, cond
+    for op, lit in [("==", DEC[0]), ("<", DEC[0]), ("in", [DEC[0]]), ("!=", DEC[0]), (">", DEC[2])]:
+        want = sorted(i for i, v in enumerate(DEC) if v is not None and _cmp_py(v, op, lit))
+        got = ks.read_dataset(spark, store, "dec", predicates=[[("dec", op, lit)]])
+        assert sorted(r.id for r in got.collect()) == want, (op, lit)
+        assert sorted(kstore.read_dataset(store, "dec", predicates=[[("dec", op, lit)]])["id"]) == want
+    as_json = f'[[["dec", "==", {big}]]]'
+    got = spark.read.format("kstore").option("dataset_uuid", "dec").option("predicates", as_json).load(store)
+    assert [r.id for r in got.collect()] == [0]
+
+
+def _cmp_py(v, op, lit):
+    return {"==": v == lit, "<": v < lit, "!=": v != lit, ">": v > lit}[op] if op != "in" else v in lit
+
+
+@pytest.mark.parametrize("how", ["store_dataset", "datasource"])
+def test_appending_a_narrower_type_keeps_the_dataset_type(spark, store, how):
+    """float onto double, int onto long (holding 2**40), byte onto int: Spark reads every
+    row with the dataset's type, old rows exact."""
+    first = spark.createDataFrame([(1, 0.1, 2**40, 70000)], "id long, f double, l long, i int")
+    more = spark.createDataFrame([(2, 0.5, 3, 5)], "id long, f float, l int, i byte")
+    ks.store_dataset(first, store, "n")
+    if how == "store_dataset":
+        ks.update_dataset(more, store, "n")
+    else:
+        more.write.format("kstore").option("dataset_uuid", "n").mode("append").save(store)
+    back = ks.read_dataset(spark, store, "n")
+    assert {f.name: f.dataType for f in back.schema.fields} == {
+        "id": T.LongType(), "f": T.DoubleType(), "l": T.LongType(), "i": T.LongType()}
+    assert sorted((r.id, r.f, r.l, r.i) for r in back.collect()) == [(1, 0.1, 2**40, 70000), (2, 0.5, 3, 5)]
+    # the same type again keeps it; a new column keeps the written type
+    ks.update_dataset(spark.createDataFrame([(3, 1.0, 4, 6, 7)], "id long, f double, l long, i long, s short"),
+                      store, "n", schema_mode="merge")
+    assert ks.read_dataset(spark, store, "n").schema["s"].dataType == T.ShortType()
+
+
+def test_pandas_append_onto_spark_types_reads_exactly_in_spark(spark, store):
+    """A Spark ``int`` / ``float`` column, then pandas appends 2**40 and 0.1: Spark reads the
+    dataset types (long / double) from then on, every value exact."""
+    ks.store_dataset(spark.createDataFrame([(1, 5, 0.5)], "id long, i int, f float"), store, "pd")
+    assert ks.read_dataset(spark, store, "pd").schema["i"].dataType == T.IntegerType()
+    kstore.update_dataset(store, "pd", pd.DataFrame({"id": [2], "i": [2**40], "f": [0.1]}))
+    back = ks.read_dataset(spark, store, "pd")
+    assert back.schema["i"].dataType == T.LongType() and back.schema["f"].dataType == T.DoubleType()
+    assert sorted((r.id, r.i, r.f) for r in back.collect()) == [(1, 5, 0.5), (2, 2**40, 0.1)]
+    # pandas does not keep Spark's narrower types: the recorded Spark schema is dropped
+    assert kstore.load_metadata(store, "pd").metadata.get("spark_schema") is None
+
+
+def test_unknown_options_are_refused_and_delta_names_accepted(spark, store):
+    ks.store_dataset(frame(spark, range(3)), store, "o", partition_on="day")
+    ks.update_dataset(frame(spark, [10]), store, "o")
+    cut = dt.datetime.now(UTC)
+    ks.update_dataset(frame(spark, [20]), store, "o")
+
+    def ids(**opts):
+        reader = spark.read.format("kstore").option("dataset_uuid", "o")
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        return sorted(r.id for r in reader.load(store).collect())
+
+    assert ids(versionAsOf="0") == ids(version="0") == [0, 1, 2]
+    assert ids(VERSIONASOF="1") == [0, 1, 2, 10]
+    assert ids(timestampAsOf=cut.isoformat()) == ids(as_of=cut.isoformat()) == [0, 1, 2, 10]
+    for typo in ("verison", "partition_on", "versionasof ", "snapshot"):
+        with pytest.raises(Exception, match=r"no read option .*read options: as_of, columns, dataset_uuid"):
+            ids(**{typo: "0"})
+    with pytest.raises(Exception, match=r"did you mean 'version'"):
+        ids(verison="0")
+    with pytest.raises(Exception, match="option 'version' twice"):
+        ids(version="0", versionAsOf="0")
+    with pytest.raises(Exception, match=r"no write option 'partitionon'.*write options: chunk_bytes"):
+        (frame(spark, [1]).write.format("kstore").option("dataset_uuid", "o").option("partitionOn", "day")
+            .mode("append").save(store))
+    assert ids() == [0, 1, 2, 10, 20]
 
 
 def test_partitions_group_small_files(spark, store):

@@ -274,9 +274,10 @@ def plateau_source(n: int = 24, offset: int = 0) -> pd.DataFrame:
 
 
 def kstore_expected(src: pd.DataFrame) -> pd.DataFrame:
-    """kstore's dtype contract: dates -> datetime64[ns] (see tests/drivers/test_eager.py)."""
+    """kstore's dtype contract: dates and timestamps -> datetime64[us] (see tests/drivers/test_eager.py)."""
     out = src.copy()
-    out["d"] = pd.to_datetime(out["d"]).astype("datetime64[ns]")
+    out["d"] = pd.to_datetime(out["d"]).astype("datetime64[us]")
+    out["ts"] = out["ts"].astype("datetime64[us]")
     return out
 
 
