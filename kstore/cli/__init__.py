@@ -23,7 +23,7 @@ import json
 import re
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["main", "parse_where"]
 
@@ -39,7 +39,7 @@ def _literal(text: str) -> Any:
         return text
 
 
-def parse_where(terms: list[str]) -> list[list[tuple]] | None:
+def parse_where(terms: list[str]) -> list[list[tuple[Any, ...]]] | None:
     """``["a == 1", "--or", "b in [1, 2]"]`` -> DNF predicates.
 
     >>> parse_where(["x == 1", "y is null", "--or", "z in [1, 2]"])
@@ -49,7 +49,7 @@ def parse_where(terms: list[str]) -> list[list[tuple]] | None:
 
     if not terms:
         return None
-    dnf: list[list[tuple]] = [[]]
+    dnf: list[list[tuple[Any, ...]]] = [[]]
     for raw in terms:
         if raw == "--or":
             dnf.append([])
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace, out) -> int:
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     import kstore
     from kstore.core import naming
     from kstore.io.store import open_store
@@ -179,7 +179,7 @@ def _run(args: argparse.Namespace, out) -> int:
     raise AssertionError(args.command)  # pragma: no cover - argparse restricts commands
 
 
-def main(argv: list[str] | None = None, out=None) -> int:
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``kstore`` console script; returns the exit code."""
     from kstore.errors import KstoreError
 

@@ -58,7 +58,7 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
     own plan (a ``readInfo`` field on ``PythonScanBuilder``, as in later Spark versions).
     """
     try:
-        cls = spark.sparkContext._jvm.java.lang.Class.forName(
+        cls = spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]  # a running context has one
             "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder")
         return any(f.getName() == "readInfo" for f in cls.getDeclaredFields())
     except Exception:  # no JVM access (Spark Connect) or another Spark: assume shared plans
