@@ -5,9 +5,19 @@ Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
     store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
     garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
+
+Types for annotations: ``Store`` (the store protocol), ``StoreLike`` (what every ``store``
+argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``,
+``ReadPlan``, ``HistoryEntry``, ``Diff``, ``GCResult``.
 """
 
 from kstore._version import __version__
+from kstore.blocks.gc import GCResult
+from kstore.blocks.history import Diff, HistoryEntry
+from kstore.core.arguments import AsOf
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.planning import ReadPlan
+from kstore.core.predicates import Predicates
 from kstore.eager import (
     index_lookup,
     iter_dataset,
@@ -20,7 +30,7 @@ from kstore.eager import (
     update_dataset,
 )
 from kstore.errors import KstoreError
-from kstore.io.store import open_store
+from kstore.io.store import Store, StoreLike, open_store
 from kstore.lifecycle import (
     build_indices,
     copy_dataset,
@@ -34,7 +44,16 @@ from kstore.lifecycle import (
 
 __all__ = [
     "__version__",
+    "AsOf",
+    "DatasetMetadata",
+    "Diff",
+    "GCResult",
+    "HistoryEntry",
     "KstoreError",
+    "Predicates",
+    "ReadPlan",
+    "Store",
+    "StoreLike",
     "build_indices",
     "copy_dataset",
     "delete_dataset",

@@ -144,7 +144,7 @@ class _WritePartition:
         self.token = token
         self.bucketed = bucketed
 
-    def __dask_tokenize__(self) -> tuple:
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
         return ("kstore-write", self.dataset_uuid, self.token)
 
     def __call__(self, df: pd.DataFrame, partition_info: Mapping[str, Any] | None = None) -> pd.Series:
@@ -313,7 +313,7 @@ def _write(
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
                         metadata_format=metadata_format, txn=txn, must_exist=must_exist)
     if job.already_committed:
-        return job.base  # a re-submitted transaction: already committed, nothing to write
+        return job.existing  # a re-submitted transaction: already committed, nothing to write
     pon, sec = job.partition_on, job.index_columns
     missing = [c for c in buckets if c not in ddf.columns]
     if missing:
@@ -325,7 +325,7 @@ def _write(
         merge_schemas(job.base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
 
     # 2. the graph: (bucket, shuffle,) write each partition's files
-    if buckets:
+    if buckets and num_buckets is not None:  # checked above: both or neither
         meta = _add_bucket(ddf._meta, list(buckets), num_buckets)
         ddf = ddf.map_partitions(_add_bucket, list(buckets), num_buckets, meta=meta)
     if shuffle and (pon or buckets):
@@ -462,7 +462,7 @@ class _ReadPartition:
         self.arrow_strings = arrow_strings
         self.nullable = nullable
 
-    def __dask_tokenize__(self) -> tuple:
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
         p = self.plan
         return ("kstore-read", repr(self.factory), p.dataset_uuid, p.version, p.table, repr(p.predicates), p.columns,
                 self.arrow_strings, sorted(self.nullable))
@@ -506,7 +506,7 @@ class _Files:
     def __dask_tokenize__(self) -> tuple[str, ...]:
         return tuple(t.label for t in self.tasks)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_Files], tuple[tuple[ReadTask, ...]]]:
         return (_Files, (self.tasks,))
 
 
@@ -525,7 +525,7 @@ def _dispatch(plan: ReadPlan, store: Store, dispatch_by: Sequence[str] | None) -
             f"dataset {plan.dataset_uuid!r}: dispatch_by supports partition columns {list(pkeys)}; "
             f"{other} are not"
         )
-    groups: dict[tuple, list[ReadTask]] = {}
+    groups: dict[tuple[Any, ...], list[ReadTask]] = {}
     for t in plan.tasks:
         values = dict(t.partition_values)
         groups.setdefault(tuple(values[c] for c in cols), []).append(t)

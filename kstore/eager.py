@@ -15,8 +15,9 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
+import pandas as pd
 import pyarrow as pa
 
 from kstore.blocks import load
@@ -31,12 +32,12 @@ from kstore.blocks.job import (
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import as_bool, as_choice, as_timestamp, as_version
+from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
 from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import columns_of, parse
+from kstore.core.predicates import Predicates, columns_of, parse
 from kstore.errors import (
     CorruptMetadataError,
     InvalidArgumentError,
@@ -119,7 +120,7 @@ def store_dataset(
                         partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
                         metadata=metadata, metadata_format=metadata_format, txn=txn)
     if job.already_committed:
-        return job.base  # a retried job: nothing to write
+        return job.existing  # a retried job: nothing to write
     files, schema = write_files(job, data)
     return finish_write(job, files, schema)
 
@@ -149,12 +150,12 @@ def update_dataset(
                         secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
                         metadata=metadata, txn=txn, must_exist=True)
     if job.already_committed:
-        return job.base  # re-submitted transaction: nothing to do
+        return job.existing  # re-submitted transaction: nothing to do
     files, schema = write_files(job, data) if data is not None else ([], None)
     return finish_write(job, files, schema)
 
 
-def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any = None) -> DatasetMetadata:
+def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: AsOf = None) -> DatasetMetadata:
     version = as_version(version)
     if as_of is not None:
         from kstore.blocks.history import version_as_of
@@ -170,11 +171,11 @@ def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: Any 
 def plan_read(
     store: StoreLike,
     dataset_uuid: str,
-    predicates: Any = None,
+    predicates: Predicates = None,
     columns: Sequence[str] | None = None,
     *,
     version: int | None = None,
-    as_of: Any = None,
+    as_of: AsOf = None,
     table: str | None = None,
 ) -> ReadPlan:
     """Plan a read: the files that can hold matching rows, with store calls counted.
@@ -190,11 +191,11 @@ def plan_read(
 def plan_with_stats(
     store: StoreLike,
     dataset_uuid: str,
-    predicates: Any = None,
+    predicates: Predicates = None,
     columns: Sequence[str] | None = None,
     *,
     version: int | None = None,
-    as_of: Any = None,
+    as_of: AsOf = None,
     table: str | None = None,
     stats: bool = False,
 ) -> tuple[ReadPlan, pa.Table | None]:
@@ -224,18 +225,18 @@ def read_table(
     store: StoreLike,
     dataset_uuid: str,
     columns: Sequence[str] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
     *,
     version: int | None = None,
-    as_of: Any = None,
+    as_of: AsOf = None,
     table: str | None = None,
 ) -> pa.Table:
     """Read (a filtered part of) a dataset as one Arrow table."""
     return _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)[1]
 
 
-def _plan_and_read(st: Store, dataset_uuid: str, predicates: Any, columns: Sequence[str] | None,
-                   version: int | None, as_of: Any, table: str | None) -> tuple[ReadPlan, pa.Table]:
+def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns: Sequence[str] | None,
+                   version: int | None, as_of: AsOf, table: str | None) -> tuple[ReadPlan, pa.Table]:
     """Plan and read; a read of the newest version that finds a planned file gone (garbage
     collection at a short retention expired the version after a newer one was committed)
     plans again on the newer version. A pinned version that expired while it was read is a
@@ -277,24 +278,94 @@ def _raise_if_expired(st: Store, dataset_uuid: str, version: int | None, exc: Ex
         ) from exc
 
 
+@overload
 def read_dataset(
     store: StoreLike,
     dataset_uuid: str,
     columns: Sequence[str] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
+    *,
+    as_arrow: Literal[False] = False,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+    version: int | None = None,
+    as_of: AsOf = None,
+    table: str | None = None,
+) -> pd.DataFrame: ...
+
+
+@overload
+def read_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Predicates = None,
+    *,
+    as_arrow: Literal[True],
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+    version: int | None = None,
+    as_of: AsOf = None,
+    table: str | None = None,
+) -> pa.Table: ...
+
+
+@overload
+def read_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Predicates = None,
+    *,
+    as_arrow: bool,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
+    version: int | None = None,
+    as_of: AsOf = None,
+    table: str | None = None,
+) -> pd.DataFrame | pa.Table: ...
+
+
+def read_dataset(
+    store: StoreLike,
+    dataset_uuid: str,
+    columns: Sequence[str] | None = None,
+    predicates: Predicates = None,
     *,
     as_arrow: bool = False,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
     version: int | None = None,
-    as_of: Any = None,
+    as_of: AsOf = None,
     table: str | None = None,
-):
+) -> pd.DataFrame | pa.Table:
     """Read a dataset into pandas (or Arrow with ``as_arrow=True``), planned by its indices.
 
-    Predicates are DNF ``[[(col, op, value), ...], ...]``; comparisons never match nulls
-    (use ``is null``). Results are exact: planning prunes files, then rows are filtered.
-    ``version=N`` or ``as_of=datetime`` read an older retained version (time travel).
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`: a path, URL, store or factory).
+    dataset_uuid
+        The dataset's name.
+    columns
+        Columns to read (None: all; ``[]`` reads no column but counts the rows).
+    predicates
+        DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`);
+        comparisons never match nulls (use ``is null``). Results are exact: planning prunes
+        files, then rows are filtered.
+    version, as_of
+        Read an older retained version (time travel): a version number, or the version that
+        was current at a ``datetime`` / ISO 8601 text (:data:`~kstore.core.arguments.AsOf`).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://read-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> kstore.read_dataset("memory://read-doc", "d", ["x"], [("p", "==", 2)])
+       x
+    0  6
+    >>> kstore.read_dataset("memory://read-doc", "d", as_arrow=True).num_rows
+    2
     """
     plan, result = _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)
     if as_arrow:
@@ -306,15 +377,23 @@ def iter_dataset(
     store: StoreLike,
     dataset_uuid: str,
     columns: Sequence[str] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
     *,
     as_arrow: bool = False,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
     version: int | None = None,
-    as_of: Any = None,
-) -> Iterator[Any]:
-    """Yield the planned partitions one at a time (bounded memory); empty ones are skipped."""
+    as_of: AsOf = None,
+) -> Iterator[pd.DataFrame | pa.Table]:
+    """Yield the planned partitions one at a time (bounded memory); empty ones are skipped.
+
+    pandas frames (all with the same dtypes), or Arrow tables with ``as_arrow=True``.
+
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://iter-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> [len(frame) for frame in kstore.iter_dataset("memory://iter-doc", "d")]
+    [1, 1]
+    """
     st = open_store(store)
     plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of,
                                   stats=not as_arrow)

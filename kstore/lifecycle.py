@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
@@ -31,12 +34,12 @@ from kstore.blocks.job import delete_files
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import WrittenFile, write_partitions
 from kstore.core import naming, runtime
-from kstore.core.arguments import as_bool, as_columns, as_timestamp, as_version
+from kstore.core.arguments import AsOf, as_bool, as_columns, as_timestamp, as_version
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import bind, parse
+from kstore.core.predicates import Predicates, bind, parse
 from kstore.errors import ColumnNotFoundError, CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
 from kstore.io.store import StoreLike, open_store
 
@@ -89,7 +92,7 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt).dataset
 
 
-def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
+def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
                 txn: tuple[str, int] | None = None) -> DatasetMetadata:
     """Delete the rows matching ``predicates``: rewrite only the affected files (copy-on-write).
 
@@ -109,12 +112,13 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Any, *,
         from kstore.errors import DatasetNotFoundError
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
-    if txn is not None and base.txns.get(_check_txn(txn)[0], -1) >= txn[1]:
+    checked_txn = _check_txn(txn)
+    if checked_txn is not None and base.txns.get(checked_txn[0], -1) >= checked_txn[1]:
         return base  # committed before: nothing to rewrite
     schema = load.load_schema(st, base)
-    if parse(predicates) is None:
-        raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
     dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
+    if dnf is None:
+        raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
     sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
     indices = load.load_indices(st, base, sec, schema)  # all of them: the commit updates every one
     plan = _plan(base, schema, predicates, indices=indices, stats=load.load_stats(st, base))
@@ -167,7 +171,7 @@ def _check_txn(txn: Any) -> tuple[str, int] | None:
     return txn
 
 
-def _mask(table: pa.Table, expr) -> np.ndarray:
+def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:
     """Evaluate a filter expression to a boolean numpy mask (null -> False)."""
     pos = table.append_column("__row", pa.array(np.arange(table.num_rows))).filter(expr).column("__row")
     mask = np.zeros(table.num_rows, dtype=bool)
@@ -186,7 +190,8 @@ def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int
 
 
 def resolve_version(store: StoreLike, dataset_uuid: str, *, version: int | None = None,
-                    as_of: datetime | None = None) -> int | None:
+                    as_of: AsOf = None) -> int | None:
+    """The version a ``version=`` / ``as_of=`` pair names (None: the newest); both is an error."""
     version = as_version(version)
     if version is not None and as_of is not None:
         raise InvalidArgumentError("pass version or as_of, not both")

@@ -15,5 +15,12 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[test,dask,spark,s3]"
+# The editable install follows code changes; reinstall only when the package metadata changed
+# (a fresh checkout always installs). setuptools' build backend prints a warning banner about
+# editable installs on every build: it is not meant for users, so warnings are off for pip.
+STAMP=.venv/.kstore-installed
+if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3]"
+  touch "$STAMP"
+fi

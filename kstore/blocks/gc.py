@@ -30,6 +30,8 @@ from kstore.blocks import load
 from kstore.blocks.commit import commit, republish_newest
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE, LogEntry
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
 from kstore.errors import CorruptMetadataError, DatasetNotFoundError, VersionNotFoundError
 from kstore.io.store import Store
@@ -37,11 +39,11 @@ from kstore.io.store import Store
 __all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
 
 #: Default retention of ``garbage_collect``.
-DEFAULT_RETENTION = timedelta(days=7)
+DEFAULT_RETENTION: timedelta = timedelta(days=7)
 #: A shorter retention needs ``enforce_retention_duration=False``: it can fail writes that
 #: run longer than it (their files are refused at commit, never lost) and reads of versions
 #: it expires. The same threshold and the same override as Delta Lake's VACUUM.
-MIN_RETENTION = timedelta(days=7)
+MIN_RETENTION: timedelta = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
     return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs))
 
 
-def _main_or_none(store: Store, uuid: str):
+def _main_or_none(store: Store, uuid: str) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
     try:
         return load.load_main(store, uuid)
     except CorruptMetadataError:

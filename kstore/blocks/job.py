@@ -41,7 +41,7 @@ from kstore.core import naming, serialize
 from kstore.core.arguments import as_choice, as_columns, as_delete_scope
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import Operation
+from kstore.core.operations import Operation, OperationKind
 from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.errors import (
     CommitStateUnknownError,
@@ -55,7 +55,7 @@ __all__ = ["WriteMode", "WriteJob", "prepare_write", "check_schema", "merge_work
            "delete_files", "as_columns"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
-_MODES = ("error", "overwrite", "append", "overwrite_partitions")
+_MODES: tuple[WriteMode, ...] = ("error", "overwrite", "append", "overwrite_partitions")
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,13 @@ class WriteJob:
     def creates(self) -> bool:
         """True when this write makes a new dataset (or replaces one)."""
         return self.mode in ("error", "overwrite") or self.base is None
+
+    @property
+    def existing(self) -> DatasetMetadata:
+        """The base version of a job that does not create the dataset (it exists)."""
+        if self.base is None:  # pragma: no cover - callers check creates / already_committed first
+            raise AssertionError(f"dataset {self.dataset_uuid!r}: the write job has no base version")
+        return self.base
 
     @property
     def already_committed(self) -> bool:
@@ -141,7 +148,7 @@ def prepare_write(
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
                    head=head)
     if job.already_committed:
-        return replace(job, partition_on=base.partition_keys, index_columns=())
+        return replace(job, partition_on=job.existing.partition_keys, index_columns=())
     if mode == "error" and base is not None:
         raise DatasetExistsError(
             f"dataset {dataset_uuid!r} already exists; pass overwrite=True (mode='overwrite') to replace it "
@@ -153,6 +160,7 @@ def prepare_write(
         if mode == "overwrite_partitions" and not pon:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
         return job
+    base = job.existing
     if table_name not in (naming.DEFAULT_TABLE, base.table):
         raise InvalidArgumentError(f"dataset {dataset_uuid!r} stores table {base.table!r}, not {table_name!r}")
     if mode == "overwrite_partitions" and not base.partition_keys:
@@ -196,11 +204,11 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
     try:
         if job.already_committed:
             delete_files(st, files)
-            return job.base
+            return job.existing
         scope_fn: Callable[[DatasetMetadata], set[str]] | None = None
         remove: tuple[str, ...] = ()
         if files and not job.creates:  # new values may not fit another engine's narrower types
-            job = replace(job, metadata=drop_stale_type_hints(job.base.metadata, job.metadata))
+            job = replace(job, metadata=drop_stale_type_hints(job.existing.metadata, job.metadata))
         if job.creates:
             op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
                            partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
@@ -212,15 +220,15 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
                     scopes += scope_from_files(files, job.partition_on)
                 base_schema = job.base_schema
 
-                def scope_fn(meta: DatasetMetadata, _scopes=scopes) -> set[str]:
+                def scope_fn(meta: DatasetMetadata, _scopes: list[Mapping[str, Any]] = scopes) -> set[str]:
                     return resolve_scope(meta, base_schema, _scopes)
 
-                remove = tuple(sorted(scope_fn(job.base)))
+                remove = tuple(sorted(scope_fn(job.existing)))
             if not files and not remove and not job.metadata and job.txn is None:
-                return job.base  # nothing to change (a delete scope matching nothing): no empty version
-            kind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
-                    else "delete_scope" if remove and not files else "append")
-            op = Operation(kind=kind, remove=remove, read_version=job.base.version, partition_on=job.partition_on,
+                return job.existing  # nothing to change (a delete scope matching nothing): no empty version
+            kind: OperationKind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
+                                   else "delete_scope" if remove and not files else "append")
+            op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
                            index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
                            table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,

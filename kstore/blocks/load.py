@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,7 +85,7 @@ def _check_unique_names(names: list[str], what: str) -> None:
         raise CorruptMetadataError(f"{what} has duplicate columns {short_repr(dupes)}")
 
 
-def load_metadata_raw(store: Store, dataset_uuid: str) -> tuple[dict, MetadataFormat]:
+def load_metadata_raw(store: Store, dataset_uuid: str) -> tuple[dict[str, Any], MetadataFormat]:
     """The main metadata dict and its format; tries JSON, then msgpack.zstd."""
     for fmt in naming.METADATA_FORMATS:
         key = naming.metadata_key(dataset_uuid, fmt)
@@ -344,7 +345,7 @@ def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
     return check_stats_table(read_parquet_bytes(data, what), meta.schema, what=what)
 
 
-def parquet_bytes(table: pa.Table, **options) -> bytes:
+def parquet_bytes(table: pa.Table, **options: Any) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, **options)
     return sink.getvalue()

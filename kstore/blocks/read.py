@@ -8,7 +8,7 @@ residual predicate, and partition columns are rebuilt, typed, from the label.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyarrow.types as pat
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
@@ -152,7 +155,7 @@ def to_pandas(
     dates_as_object: bool = False,
     types_mapper: Any = None,
     nullable: Collection[str] | None = None,
-):
+) -> pd.DataFrame:
     """Arrow -> pandas the way kartothek users expect.
 
     Dates become ``datetime64[us]`` unless ``dates_as_object``; ``categoricals`` columns
@@ -202,10 +205,10 @@ def to_pandas(
 _NULLABLE = {"Int64", "UInt64", "boolean", "Float64"}
 
 
-def _pandas_col(entry: dict | None, f: pa.Field, nullable: bool = False) -> dict:
+def _pandas_col(entry: dict[str, Any] | None, f: pa.Field, nullable: bool = False) -> dict[str, Any]:
     from kstore.core.types import pandas_metadata
 
-    fresh = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
+    fresh: dict[str, Any] = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
     if entry is not None and entry.get("numpy_type") in _NULLABLE:
         fresh["numpy_type"] = entry["numpy_type"]
     elif nullable and pat.is_integer(f.type):

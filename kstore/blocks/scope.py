@@ -57,7 +57,7 @@ def scope_from_files(files: Sequence[Any], partition_on: Sequence[str]) -> list[
     """One scope per distinct partition value the written files cover (values as strings)."""
     if not partition_on:
         raise InvalidArgumentError("mode='overwrite_partitions' needs a partitioned dataset")
-    seen = {}
+    seen: dict[tuple[str, ...], None] = {}
     for f in files:
         values, _ = naming.parse_label(f.label, partition_on)
         seen[values] = None

@@ -353,7 +353,7 @@ def write_partitions(
             return written
         with ThreadPoolExecutor(threads) as pool:
             futures = [pool.submit(work, item) for item in named]
-        failed = [f.exception() for f in futures if f.exception() is not None]
+        failed = [exc for f in futures if (exc := f.exception()) is not None]
         written = [f.result() for f in futures if f.exception() is None]
         if failed:
             raise failed[0]

@@ -16,25 +16,33 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from kstore.errors import InvalidArgumentError, short_repr
 
-__all__ = ["as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
+#: The ``as_of`` argument (time travel): a ``datetime`` (``pandas.Timestamp`` too; naive = UTC),
+#: ISO 8601 text, or None for the newest version.
+AsOf: TypeAlias = dt.datetime | str | None
+
+__all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
     return InvalidArgumentError(f"{what} must be {expected}, got {short_repr(value)} ({type(value).__name__})")
 
 
-def as_choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+_Choice = TypeVar("_Choice", bound=str)
+
+
+def as_choice(value: Any, choices: tuple[_Choice, ...], what: str) -> _Choice:
     """One of a closed set of modes (``Literal`` options); anything else is an error.
 
     >>> as_choice("merge", ("strict", "merge"), "schema_mode")
     'merge'
     """
-    if isinstance(value, str) and value in choices:
-        return value
+    for choice in choices:
+        if isinstance(value, str) and value == choice:
+            return choice
     raise _bad(what, "one of " + ", ".join(map(repr, choices)), value)
 
 

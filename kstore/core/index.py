@@ -36,7 +36,7 @@ from kstore.errors import CorruptMetadataError, UnsupportedTypeError, short_repr
 
 def _normalizes_to(t: pa.DataType, target: pa.DataType) -> bool:
     try:
-        return index_storage_type(t).equals(target)
+        return bool(index_storage_type(t).equals(target))
     except UnsupportedTypeError:
         return False
 
@@ -62,7 +62,8 @@ def _gather_ranges(offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     if total == 0:
         return np.empty(0, dtype=np.int64)
     shifts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return np.arange(total, dtype=np.int64) + shifts
+    out: np.ndarray = np.arange(total, dtype=np.int64) + shifts
+    return out
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -344,7 +345,7 @@ class ColumnIndex:
             raw = np.asarray(value) if pat.is_integer(self.values.type) else None
             if raw is not None and raw.dtype.kind in "iu" and raw.ndim == 1:
                 lo_, hi_ = _int_range(self.values.type)  # vectorized fast path: plain ints
-                vals = raw[(raw >= lo_) & (raw <= hi_)] if raw.dtype.kind == "i" else raw[raw <= hi_]
+                vals: np.ndarray | list[Any] = raw[(raw >= lo_) & (raw <= hi_)] if raw.dtype.kind == "i" else raw[raw <= hi_]
             else:
                 vals = [v + 0.0 if isinstance(v, float) else v for v in value
                         if not (isinstance(v, float) and math.isnan(v))]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -42,7 +42,7 @@ Files = Mapping[str, str]
 InlineIndex = Mapping[Any, tuple[str, ...]]
 
 
-def _freeze(d: Mapping) -> Mapping:
+def _freeze(d: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(d))
 
 
@@ -100,7 +100,7 @@ class DatasetMetadata:
     orphan_cutoff_ms: int | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[dict[str, Any]], DatasetMetadata], tuple[dict[str, Any]]]:
         """Pickle as plain dicts (mapping proxies do not pickle): for Dask/Spark workers."""
         state = {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
         return (_rebuild, (state,))

@@ -170,7 +170,7 @@ def apply(
             merged.update(op.metadata)
             meta = meta.evolve(metadata=merged)
         txns = dict(base.txns)
-    added = {}
+    added: dict[str, dict[str, str]] = {}
     for f in op.added:
         added.setdefault(f.label, {})[f.table] = f.key
     meta = meta.with_partitions(added, removed=op.remove)

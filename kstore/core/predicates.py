@@ -29,7 +29,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,7 @@ import pyarrow.types as pat
 from kstore.core.types import coerce_literal
 from kstore.errors import ColumnNotFoundError, InvalidPredicateError, LimitExceededError, short_repr
 
-__all__ = ["Term", "DNF", "parse", "bind", "to_expression", "columns_of", "OPS", "MAX_PREDICATE_TERMS",
+__all__ = ["Term", "DNF", "PredicateTerm", "Predicates", "parse", "bind", "to_expression", "columns_of", "OPS", "MAX_PREDICATE_TERMS",
            "MAX_PREDICATE_VALUES"]
 
 #: A predicate has at most this many terms over all its conjunctions. Arrow's expression
@@ -65,6 +65,14 @@ class Term:
 
 
 DNF = tuple[tuple[Term, ...], ...]
+
+#: One term as users write it: ``(column, op, value)``, or ``(column, "is null")`` /
+#: ``(column, "is not null")``.
+PredicateTerm: TypeAlias = tuple[str, str] | tuple[str, str, Any]
+#: The ``predicates`` argument: DNF ``[[term, ...], ...]`` (an OR of ANDs), a flat list of
+#: terms (one AND), or None for no filter. (Spelled as one sequence of terms-or-conjunctions:
+#: a union of the two list types defeats type checkers' inference of list literals.)
+Predicates: TypeAlias = Sequence[PredicateTerm | Sequence[PredicateTerm]] | None
 
 
 def _is_container(value: Any) -> bool:

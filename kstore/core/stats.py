@@ -54,7 +54,8 @@ def file_stats(table: pa.Table, nbytes: int) -> FileStats:
     for name in table.column_names:
         col = table.column(name)
         nulls = col.null_count
-        lo = hi = None
+        lo: Any = None
+        hi: Any = None
         t = col.type
         if _orderable(t) and nulls < len(col):
             if pat.is_dictionary(t):
@@ -206,13 +207,13 @@ def prune_mask(term: Term, stats: pa.Table) -> np.ndarray:
     name = term.column
     if f"nulls:{name}" not in stats.column_names:
         return keep
-    rows = stats.column("rows").to_numpy()
+    rows: np.ndarray = np.asarray(stats.column("rows").to_numpy())
     nulls_col = stats.column(f"nulls:{name}")
     known = np.asarray(nulls_col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    nulls = nulls_col.fill_null(0).to_numpy()
-    all_null = known & (nulls == rows)
+    nulls: np.ndarray = np.asarray(nulls_col.fill_null(0).to_numpy())
+    all_null: np.ndarray = known & (nulls == rows)
     if term.op == "is null":
-        return ~known | (nulls > 0)
+        return np.asarray(~known | (nulls > 0), dtype=bool)
     if term.op == "is not null":
         return ~all_null
     if term.op == "never":
@@ -249,4 +250,4 @@ def prune_mask(term: Term, stats: pa.Table) -> np.ndarray:
                 continue
             keep |= _cmp(lo, "less_equal", x) & _cmp(hi, "greater_equal", x)
     # 'not in' and anything else: no pruning beyond all-null files
-    return keep & ~all_null
+    return np.asarray(keep & ~all_null, dtype=bool)

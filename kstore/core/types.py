@@ -32,6 +32,7 @@ import ast
 import datetime as dt
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -203,7 +204,7 @@ def _types_match(a: pa.DataType, b: pa.DataType) -> bool:
         return True
     if pat.is_list(a) and pat.is_list(b):
         return _types_match(a.value_type, b.value_type)
-    return a.equals(b)
+    return bool(a.equals(b))
 
 
 def _fill_nulls(a: pa.DataType, b: pa.DataType) -> pa.DataType:
@@ -286,8 +287,8 @@ def check_partition_type(column: str, t: pa.DataType) -> None:
 
 def duplicate_names(names: Sequence[str]) -> list[str]:
     """Names that occur more than once (sorted)."""
-    seen: set[str] = set()
-    return sorted({n for n in names if n in seen or seen.add(n)})
+    counts = Counter(names)
+    return sorted(n for n, k in counts.items() if k > 1)
 
 
 def check_dataset_schema(schema: pa.Schema, partition_keys: Sequence[str], dataset: str) -> pa.Schema:
@@ -497,7 +498,7 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
 # -- pandas metadata ----------------------------------------------------------------------
 
 
-def _pandas_type(t: pa.DataType) -> tuple[str, str, dict | None]:
+def _pandas_type(t: pa.DataType) -> tuple[str, str, dict[str, Any] | None]:
     if pat.is_boolean(t):
         return "bool", "bool", None
     if pat.is_signed_integer(t) or pat.is_unsigned_integer(t) or pat.is_floating(t):
@@ -523,7 +524,7 @@ def _pandas_type(t: pa.DataType) -> tuple[str, str, dict | None]:
     return "object", "object", None
 
 
-def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) -> dict:
+def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``pandas`` schema metadata kartothek expects, built for ``schema``.
 
     Column entries of ``source`` (the pandas metadata of the input, if any) are kept where
@@ -532,7 +533,7 @@ def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) 
     """
     import pandas as pd
 
-    known: dict[str, dict] = {}
+    known: dict[str, dict[str, Any]] = {}
     if source:
         for col in source.get("columns", []):
             if col.get("field_name") is not None:
@@ -571,7 +572,7 @@ def with_pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = N
     return schema.with_metadata(meta)
 
 
-def schema_pandas_metadata(schema: pa.Schema) -> dict | None:
+def schema_pandas_metadata(schema: pa.Schema) -> dict[str, Any] | None:
     """The pandas metadata of ``schema`` (a dtype hint only): None when it is missing or not
     the shape pyarrow writes; column entries that are not ``{"field_name": str, ...}`` are dropped."""
     raw = (schema.metadata or {}).get(b"pandas")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from kstore.core.naming import validate_key
 from kstore.errors import KeyNotFoundError
@@ -72,7 +72,7 @@ class KVStore:
         except KeyError as exc:
             raise KeyNotFoundError(f"key {key!r} not found in {self.kv!r}") from exc
         if hasattr(fh, "seekable") and fh.seekable():
-            return fh
+            return cast(BinaryIO, fh)
         data = fh.read()
         fh.close()
         return io.BytesIO(data)

@@ -62,7 +62,7 @@ class LocalStore:
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
 
-    def __reduce__(self):  # pickles as its root path
+    def __reduce__(self) -> tuple[type[LocalStore], tuple[str]]:  # pickles as its root path
         return (LocalStore, (self.root,))
 
     def _path(self, key: str, *, follow_last: bool = True) -> str:
@@ -183,7 +183,7 @@ class LocalStore:
         """Delete temporary files of interrupted puts to ``dataset_uuid``'s keys whose
         modification time is before ``older_than`` (epoch seconds); returns their names."""
         tmp_dir = os.path.join(self.root, _TMP_DIR)
-        removed = []
+        removed: list[str] = []
         try:
             entries = list(os.scandir(tmp_dir))
         except FileNotFoundError:

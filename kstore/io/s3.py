@@ -267,7 +267,8 @@ class S3Store:
         full_key = self._full_key(key)
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=full_key)
-            return response["Body"].read()
+            body: bytes = response["Body"].read()
+            return body
         except ClientError as exc:
             if _is_not_found(exc):
                 raise self._not_found(full_key) from exc
@@ -492,7 +493,8 @@ class S3RangeReader(io.RawIOBase):
         if self._etag:
             kwargs["IfMatch"] = self._etag
         try:
-            return self._store.client.get_object(**kwargs)["Body"].read()
+            chunk: bytes = self._store.client.get_object(**kwargs)["Body"].read()
+            return chunk
         except ClientError as exc:
             code, status = _error_code(exc)
             where = self._store._where(self._key)

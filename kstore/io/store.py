@@ -16,16 +16,17 @@ False
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, TypeAlias, Union, runtime_checkable
 
 from kstore.errors import InvalidArgumentError, StoreError
 
-__all__ = ["Store", "StoreLike", "open_store", "CountingStore", "store_factory"]
+__all__ = ["Store", "StoreLike", "KeyValueStore", "open_store", "CountingStore", "store_factory"]
 
 
 @runtime_checkable
@@ -43,9 +44,15 @@ class Store(Protocol):
     - ``open`` returns a seekable binary file for range reads.
     - ``atomic_create`` (optional attribute, default True) says whether ``put_if_absent``
       is atomic across processes; kstore warns when several writers would need it.
+    - ``url`` (read-only) is the URL that reopens the store, or None.
+
+    kstore's :class:`~kstore.io.LocalStore`, :class:`~kstore.io.MemoryStore`,
+    :class:`~kstore.io.s3.S3Store`, :class:`~kstore.io.kv.KVStore` and
+    :class:`CountingStore` satisfy it for a type checker (``store: Store = LocalStore(p)``).
     """
 
-    url: str | None
+    @property
+    def url(self) -> str | None: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -62,7 +69,26 @@ class Store(Protocol):
     def open(self, key: str) -> BinaryIO: ...
 
 
-StoreLike = Any  # a URL string, a Store, a simplekv/minimalkv store, or a factory of either
+class KeyValueStore(Protocol):
+    """A simplekv/minimalkv ``KeyValueStore`` (the methods kstore recognizes it by).
+
+    Those libraries are untyped; any object with these methods is accepted.
+    """
+
+    def get(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def put(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def iter_keys(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def keys(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+#: What every ``store`` argument accepts: a URL or local path (``str`` or ``os.PathLike``), a
+#: :class:`Store`, a simplekv/minimalkv store, or a zero-argument factory returning one of these.
+StoreLike: TypeAlias = Union[str, "os.PathLike[str]", Store, KeyValueStore, Callable[[], Any]]
 
 
 def _is_kv_store(obj: Any) -> bool:
@@ -135,6 +161,11 @@ def open_store(store: StoreLike) -> Store:
     """
     if isinstance(store, str):
         return _from_url(store)
+    if isinstance(store, os.PathLike):
+        path = os.fspath(store)
+        if not isinstance(path, str):
+            raise StoreError("cannot use a bytes path as a store; pass a str path")
+        return _from_url(path)
     if isinstance(store, Store) and hasattr(store, "put_if_absent"):
         return store
     if _is_kv_store(store):

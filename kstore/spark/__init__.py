@@ -20,15 +20,25 @@ Stores must be reachable from every executor (a directory, ``file://``, ``s3://`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+import warnings
 
-from kstore.io.store import StoreLike
-from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown
-from kstore.spark.reader import encode_predicates, encode_store
-from kstore.spark.types import arrow_schema, spark_schema
-from kstore.spark.writer import store_dataset, update_dataset
+# PySpark 4.x warns "PySpark does not yet fully support pandas >= 3.0.0" from each of its
+# modules that checks the pandas version, once per module, on the driver and on every Python
+# worker. kstore's Spark paths exchange Arrow batches, not pandas frames, and the conformance
+# suite checks them with pandas 3; the warning says nothing about them. Only that message,
+# only from pyspark's modules, is silenced (installed before kstore imports pyspark).
+warnings.filterwarnings("ignore", message=r"PySpark does not yet fully support pandas >= 3", category=FutureWarning,
+                        module=r"pyspark(\.|$)")
+
+from collections.abc import Sequence  # noqa: E402
+from datetime import datetime  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from kstore.io.store import StoreLike  # noqa: E402
+from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
+from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
+from kstore.spark.types import arrow_schema, spark_schema  # noqa: E402
+from kstore.spark.writer import store_dataset, update_dataset  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +68,7 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
     own plan (a ``readInfo`` field on ``PythonScanBuilder``, as in later Spark versions).
     """
     try:
-        cls = spark.sparkContext._jvm.java.lang.Class.forName(
+        cls = spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]  # a running context has one
             "org.apache.spark.sql.execution.datasources.v2.python.PythonScanBuilder")
         return any(f.getName() == "readInfo" for f in cls.getDeclaredFields())
     except Exception:  # no JVM access (Spark Connect) or another Spark: assume shared plans

@@ -51,7 +51,7 @@ import json
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -64,7 +64,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kstore.blocks.write import WrittenFile
-from kstore.core.naming import DEFAULT_TABLE
+from kstore.core.naming import DEFAULT_TABLE, MetadataFormat
 from kstore.core.predicates import Term
 from kstore.errors import InvalidArgumentError
 from kstore.spark.reader import (
@@ -81,6 +81,7 @@ from kstore.spark.reader import (
 from kstore.spark.writer import (
     DEFAULT_CHUNK_BYTES,
     WriteJob,
+    WriteMode,
     cleanup_files,
     commit_files,
     prepare_write,
@@ -160,12 +161,12 @@ class KstoreWriter(DataSourceArrowWriter):
         files = [f for chunk in write_batches(self.job, iterator) for f in chunk]
         return KstoreCommitMessage(pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def commit(self, messages: list[KstoreCommitMessage | None]) -> None:
-        files = [f for m in messages if m is not None for f in m.written()]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
         commit_files(self.job, files)
 
-    def abort(self, messages: list[KstoreCommitMessage | None]) -> None:
-        files = [f for m in messages if m is not None for f in m.written()]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
         if files:
             cleanup_files(self.job.store(), files)
 
@@ -229,13 +230,13 @@ class KstoreDataSource(DataSource):
             decode_store(path),
             uuid,
             schema,
-            mode=mode,
+            mode=cast(WriteMode, mode),  # checked by prepare_write (a closed choice)
             partition_on=opts.get("partition_on"),
             secondary_indices=opts.get("secondary_indices"),
             metadata=metadata,
-            metadata_format=opts.get("metadata_format") or None,
+            metadata_format=cast(MetadataFormat | None, opts.get("metadata_format") or None),
             table_name=opts.get("table") or DEFAULT_TABLE,
-            schema_mode=opts.get("schema_mode") or "strict",
+            schema_mode=cast(Literal["strict", "merge"], opts.get("schema_mode") or "strict"),
             txn=_txn(opts.get("txn")),
             chunk_bytes=int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
         )

@@ -301,7 +301,7 @@ def filter_to_term(f: Any, schema: pa.Schema) -> tuple[Term | None, bool]:
     t = schema.field(column).type
     if pat.is_dictionary(t):
         t = t.value_type
-    value = getattr(f, "value", None)
+    value: Any = getattr(f, "value", None)
     if any(_maybe_rounded(v) for v in (value if isinstance(value, (tuple, list)) else (value,))):
         return None, False  # Spark evaluates it (kstore would compare with a rounded literal)
     if name == "IsNull":

@@ -205,7 +205,7 @@ def _merge_hint(base: DatasetMetadata | None, base_schema: pa.Schema | None, spa
             continue
         if not existing or (prev is not None and prev.dataType == new.dataType):
             fields.append(new)
-        else:
+        elif base_schema is not None:  # existing: the base schema has the column
             fields.append(StructField(name, dataset_type(base_schema.field(name).type, name), True))
     return json.dumps(StructType(fields).jsonValue(), separators=(",", ":"))
 
@@ -238,8 +238,8 @@ def prepare_write(
     factory = spark_store_factory(store)
     if not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
         raise InvalidArgumentError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
-    if isinstance(txn, list):
-        txn = tuple(txn)
+    if isinstance(txn, list):  # the data source passes decoded JSON
+        txn = tuple(txn)  # type: ignore[unreachable]
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     file_schema = arrow_schema(spark_schema, dataset=dataset_uuid)  # unsupported types fail here
@@ -251,7 +251,7 @@ def prepare_write(
         file_schema = _tz_like_base(file_schema, core.base_schema)
     schema = check_schema(core, file_schema.empty_table())
     if delete_scope and not core.creates:
-        resolve_scope(core.base, core.base_schema, list(delete_scope))  # validate the scope now
+        resolve_scope(core.existing, core.base_schema, list(delete_scope))  # validate the scope now
     user_meta = dict(metadata or {})
     user_meta[SPARK_SCHEMA_KEY] = (_merge_hint(None, None, spark_schema) if core.creates
                                    else _merge_hint(core.base, core.base_schema, spark_schema))
@@ -461,5 +461,5 @@ def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequ
     factory = spark_store_factory(store)
     core = prepare_core(factory(), base.uuid, mode="append", delete_scope=delete_scope, metadata=metadata,
                         txn=txn, must_exist=True)
-    resolve_scope(core.base, core.base_schema, list(delete_scope))
+    resolve_scope(core.existing, core.base_schema, list(delete_scope))
     return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)

@@ -883,3 +883,19 @@ def test_local_store_names_too_long_for_the_file_system(tmp_path: Any) -> None:
         with pytest.raises(LimitExceededError, match="too long"):
             put(long_key, b"1")
     assert _tree(tmp_path) in ([], [".kstore-tmp"])
+
+
+def test_open_store_takes_a_path_object(tmp_path: Any) -> None:
+    """``StoreLike`` includes ``os.PathLike``: a ``pathlib.Path`` is a local directory store."""
+    st = open_store(tmp_path / "root")
+    assert isinstance(st, LocalStore) and st.root == str(tmp_path / "root")
+    assert not (tmp_path / "root").exists()  # opening creates nothing
+    st.put("a/b", b"1")
+    assert open_store(tmp_path / "root").get("a/b") == b"1"
+
+    class BytesPath:
+        def __fspath__(self) -> bytes:
+            return b"/x"
+
+    with pytest.raises(StoreError, match="bytes path"):
+        open_store(BytesPath())

@@ -1,0 +1,156 @@
+"""Commands that change a store: gc, delete (destructive: --dry-run / --yes), copy,
+build-indices, upgrade."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import click
+
+from kstore.cli._common import ProgressStore, UserError, confirm_or_refuse, emit_json, log, progress
+
+
+class RetentionDays(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A number of days >= 0 (fractions allowed) up to ``timedelta.max``."""
+
+    name = "days"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            days = float(str(value))
+            if not (math.isfinite(days) and days >= 0):
+                raise ValueError(value)
+            return timedelta(days=days)
+        except (ValueError, OverflowError):
+            self.fail(f"{value!r} is not a number of days between 0 and {timedelta.max.days}", param, ctx)
+
+
+@click.command("gc")
+@click.argument("store")
+@click.argument("dataset")
+@click.option("--retention-days", type=RetentionDays(), default="7", show_default=True,
+              help="Keep versions younger than this many days (>= 0, fractions allowed).")
+@click.option("--dry-run", is_flag=True, help="Only say what would be deleted and expired.")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when not interactive).")
+@click.option("--allow-short-retention", is_flag=True,
+              help="Allow a retention below 7 days (can fail long-running writes and reads).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def gc(store: str, dataset: str, retention_days: timedelta, dry_run: bool, yes: bool, allow_short_retention: bool,
+       as_json: bool) -> None:
+    """Garbage-collect DATASET: expire old versions, delete files nothing retained uses."""
+    import kstore
+
+    st = kstore.open_store(store)
+
+    def run(target: kstore.StoreLike, dry: bool) -> kstore.GCResult:
+        return kstore.garbage_collect(target, dataset, retention=retention_days, dry_run=dry,
+                                      enforce_retention_duration=not allow_short_retention)
+
+    res = run(st, True)
+    if not dry_run:
+        if res.deleted_files or res.expired_versions:
+            confirm_or_refuse(yes, f"garbage-collect dataset {dataset!r}: delete {len(res.deleted_files)} files "
+                                   f"and expire versions {list(res.expired_versions)}")
+        with progress(f"gc {dataset}", len(res.deleted_files) or None) as advance:
+            res = run(ProgressStore(st, "delete", advance), False)
+    log.info("gc %s: %d files, expired %s", dataset, len(res.deleted_files), res.expired_versions)
+    if as_json:
+        emit_json({"dataset": dataset, "dry_run": res.dry_run, "deleted_files": list(res.deleted_files),
+                   "expired_versions": list(res.expired_versions), "retained_versions": list(res.retained_versions),
+                   "fence_version": res.fence_version})
+        return
+    verb = "would delete" if res.dry_run else "deleted"
+    click.echo(f"{verb} {len(res.deleted_files)} files, expired versions {list(res.expired_versions)}, "
+               f"retained {list(res.retained_versions)}")
+    if res.dry_run:
+        for key in res.deleted_files:
+            click.echo(f"  {key}")
+
+
+def _dataset_keys(store: object, dataset: str) -> list[str]:
+    """The keys ``delete`` removes: every key of the dataset but its log, plus its main file."""
+    from kstore.core import naming
+    from kstore.io.store import Store
+
+    assert isinstance(store, Store)
+    naming.validate_name(dataset)
+    log_prefix = naming.log_prefix(dataset)
+    keys = [k for k in store.iter_prefix(naming.dataset_prefix(dataset)) if not k.startswith(log_prefix)]
+    keys += [naming.metadata_key(dataset, f) for f in naming.METADATA_FORMATS
+             if store.exists(naming.metadata_key(dataset, f))]
+    return sorted(keys)
+
+
+@click.command("delete")
+@click.argument("store")
+@click.argument("dataset")
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when not interactive).")
+def delete(store: str, dataset: str, dry_run: bool, yes: bool) -> None:
+    """Delete DATASET: data, indices, statistics and metadata (a small log entry stays)."""
+    import kstore
+    from kstore.errors import DatasetNotFoundError
+
+    st = kstore.open_store(store)
+    keys = _dataset_keys(st, dataset)
+    if not keys:
+        raise DatasetNotFoundError(f"dataset {dataset!r} does not exist")
+    if dry_run:
+        click.echo(f"would delete {len(keys)} keys of dataset {dataset!r}")
+        for key in keys:
+            click.echo(f"  {key}")
+        return
+    confirm_or_refuse(yes, f"delete dataset {dataset!r} ({len(keys)} keys)")
+    with progress(f"delete {dataset}", len(keys)) as advance:
+        n = kstore.delete_dataset(ProgressStore(st, "delete", advance), dataset)
+    click.echo(f"deleted {n} keys")
+
+
+@click.command("copy")
+@click.argument("store")
+@click.argument("dataset")
+@click.option("--to", "target", default=None, metavar="STORE", help="Target store (default: the same store).")
+@click.option("--as", "new_name", default=None, metavar="DATASET", help="Name of the copy (default: the same).")
+def copy(store: str, dataset: str, target: str | None, new_name: str | None) -> None:
+    """Copy the current version of DATASET to another store and/or name (files are copied)."""
+    import kstore
+
+    if target is None and new_name is None:
+        raise UserError("copy needs --to STORE and/or --as DATASET")
+    src = kstore.open_store(store)
+    meta = kstore.load_metadata(src, dataset)
+    n_files = sum(len(tables) for tables in meta.partitions.values())
+    dst = kstore.open_store(target) if target is not None else src
+    with progress(f"copy {dataset}", n_files or None) as advance:
+        copied = kstore.copy_dataset(src, dataset, ProgressStore(dst, "put", advance), new_name)
+    click.echo(f"copied dataset {dataset!r} ({n_files} files) to {copied.uuid!r}"
+               + (f" in {target}" if target is not None else "") + f", version {copied.version}")
+
+
+@click.command("build-indices")
+@click.argument("store")
+@click.argument("dataset")
+@click.argument("columns", nargs=-1, required=True)
+def build_indices(store: str, dataset: str, columns: tuple[str, ...]) -> None:
+    """Build secondary indices of COLUMNS over every partition of DATASET."""
+    import kstore
+
+    meta = kstore.build_indices(store, dataset, list(columns))
+    click.echo(f"version {meta.version}: indices {sorted(meta.indices)}")
+
+
+@click.command("upgrade")
+@click.argument("store")
+@click.argument("dataset")
+def upgrade(store: str, dataset: str) -> None:
+    """Turn a kartothek/plateau dataset into a versioned kstore dataset (no data rewritten)."""
+    import kstore
+
+    meta = kstore.upgrade_dataset(store, dataset)
+    click.echo(f"dataset {meta.uuid!r} is at version {meta.version}")
+
+
+__all__ = ["gc", "delete", "copy", "build_indices", "upgrade", "RetentionDays"]
