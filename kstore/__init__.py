@@ -2,16 +2,18 @@
 
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
-    store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
+    open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
     garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
 """
 
 from kstore._version import __version__
+from kstore.blocks.snapshot import Snapshot
 from kstore.eager import (
     index_lookup,
     iter_dataset,
     load_metadata,
+    open_dataset,
     plan_read,
     read_dataset,
     read_schema,
@@ -35,6 +37,7 @@ from kstore.lifecycle import (
 __all__ = [
     "__version__",
     "KstoreError",
+    "Snapshot",
     "build_indices",
     "copy_dataset",
     "delete_dataset",
@@ -46,6 +49,7 @@ __all__ = [
     "index_lookup",
     "iter_dataset",
     "load_metadata",
+    "open_dataset",
     "open_store",
     "plan_read",
     "read_dataset",
