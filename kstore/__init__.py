@@ -2,7 +2,7 @@
 
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
-    store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
+    open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
     garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
 
@@ -14,6 +14,7 @@ argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``
 from kstore._version import __version__
 from kstore.blocks.gc import GCResult
 from kstore.blocks.history import Diff, HistoryEntry
+from kstore.blocks.snapshot import Snapshot
 from kstore.core.arguments import AsOf
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
@@ -22,6 +23,7 @@ from kstore.eager import (
     index_lookup,
     iter_dataset,
     load_metadata,
+    open_dataset,
     plan_read,
     read_dataset,
     read_schema,
@@ -52,6 +54,7 @@ __all__ = [
     "KstoreError",
     "Predicates",
     "ReadPlan",
+    "Snapshot",
     "Store",
     "StoreLike",
     "build_indices",
@@ -65,6 +68,7 @@ __all__ = [
     "index_lookup",
     "iter_dataset",
     "load_metadata",
+    "open_dataset",
     "open_store",
     "plan_read",
     "read_dataset",

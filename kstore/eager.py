@@ -30,22 +30,20 @@ from kstore.blocks.job import (
     prepare_write,
 )
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
+from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired, resolve_metadata
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
-from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import Predicates, columns_of, parse
+from kstore.core.predicates import Predicates
 from kstore.errors import (
     CorruptMetadataError,
-    InvalidArgumentError,
     KeyNotFoundError,
     KstoreError,
-    VersionNotFoundError,
 )
-from kstore.io.store import CountingStore, Store, StoreLike, open_store
+from kstore.io.store import Store, StoreLike, open_store
 
 __all__ = [
     "store_dataset",
@@ -53,6 +51,7 @@ __all__ = [
     "read_dataset",
     "read_table",
     "iter_dataset",
+    "open_dataset",
     "plan_read",
     "plan_with_stats",
     "load_metadata",
@@ -156,16 +155,27 @@ def update_dataset(
 
 
 def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: AsOf = None) -> DatasetMetadata:
-    version = as_version(version)
-    if as_of is not None:
-        from kstore.blocks.history import version_as_of
+    return resolve_metadata(st, dataset_uuid, as_version(version), as_timestamp(as_of) if as_of is not None else None)
 
-        if version is not None:
-            raise InvalidArgumentError("pass version or as_of, not both")
-        version = version_as_of(st, dataset_uuid, as_timestamp(as_of))
-    if version is None:
-        return load.load_metadata(st, dataset_uuid)[0]
-    return load.load_version(st, dataset_uuid, version)
+
+def open_dataset(store: StoreLike, dataset_uuid: str, *, version: int | None = None, as_of: AsOf = None) -> Snapshot:
+    """Open one committed version of a dataset: the newest, a retained ``version``, or the
+    one current at ``as_of`` (time travel). The :class:`~kstore.blocks.snapshot.Snapshot`
+    plans and reads that version however often it is used; its indices and statistics are
+    loaded on first use and cached.
+
+    Costs 1 get for the main metadata file and 1 listing of the log (+1 get when the main
+    file lags); ``version``/``as_of`` read the log entry of that version instead.
+
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://open-doc", "d", pd.DataFrame({"x": [1, 2]}))
+    >>> _ = kstore.update_dataset("memory://open-doc", "d", pd.DataFrame({"x": [3]}))
+    >>> snap = kstore.open_dataset("memory://open-doc", "d", version=0)
+    >>> snap.version, len(snap.plan().tasks)
+    (0, 1)
+    """
+    return open_snapshot(open_store(store), dataset_uuid, version=as_version(version),
+                         as_of=as_timestamp(as_of) if as_of is not None else None)
 
 
 def plan_read(
@@ -202,23 +212,8 @@ def plan_with_stats(
     """:func:`plan_read`, and the per-file statistics when the plan needed them or
     ``stats=True`` asks for them (+1 get; readers of several frames use them to choose
     one set of dtypes, :func:`kstore.blocks.read.nullable_columns`)."""
-    counting = CountingStore(open_store(store))
-    meta = _resolve_meta(counting, dataset_uuid, version, as_of)
-    schema = load.load_schema(counting, meta, table)
-    dnf = parse(predicates)
-    pcols = columns_of(dnf)
-    idx_cols = [c for c in pcols if c not in meta.partition_keys and (c in meta.indices or c in meta.inline_indices)]
-    indices = load.load_indices(counting, meta, idx_cols, schema)
-    need_stats = any(
-        t.column not in meta.partition_keys and (t.column not in indices or t.op == "is null")
-        for conj in dnf or () for t in conj
-    )
-    file_stats = load.load_stats(counting, meta) if need_stats else None
-    plan = _plan(meta, schema, predicates, columns, indices=indices, stats=file_stats, table=table,
-                 store_calls=dict(counting.calls))
-    if stats and file_stats is None:
-        file_stats = load.load_stats(counting.inner, meta)  # not a planning call
-    return plan, file_stats
+    snap = open_dataset(store, dataset_uuid, version=version, as_of=as_of)
+    return snap.plan_with_stats(columns, predicates, table=table, stats=stats)
 
 
 def read_table(
@@ -251,7 +246,7 @@ def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns
                 raise
             read_version = plan.version if plan is not None else None
             if version is not None or as_of is not None:
-                _raise_if_expired(st, dataset_uuid, read_version, exc)
+                raise_if_expired(st, dataset_uuid, read_version, exc)
                 raise
             if read_version is None or not load.log_versions(st, dataset_uuid, after=read_version):
                 raise  # nothing newer: a file of the newest version is missing (real damage)
@@ -261,21 +256,6 @@ def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns
 
 
 _READ_ATTEMPTS = 5
-
-
-def _raise_if_expired(st: Store, dataset_uuid: str, version: int | None, exc: Exception) -> None:
-    if version is None:
-        return
-    try:
-        entry = load.load_entry(st, dataset_uuid, version)
-    except VersionNotFoundError as gone:
-        raise VersionNotFoundError(
-            f"dataset {dataset_uuid!r}: version {version} was expired by garbage collection while it was read"
-        ) from gone
-    if entry.expired:
-        raise VersionNotFoundError(
-            f"dataset {dataset_uuid!r}: version {version} was expired by garbage collection while it was read"
-        ) from exc
 
 
 @overload

@@ -328,6 +328,7 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
                 stats_key = write_stats_file(store, dataset_uuid, stats)
                 written.append(stats_key)
             new = new.evolve(indices=index_keys, inline_indices={}, stats_key=stats_key)
+    new_dict = new.to_dict() if new is not None else None
     entry = LogEntry(
         version=head.next_version,
         commit_id=runtime.current().token(16),
@@ -339,21 +340,38 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         rows_added=int(sum(f.stats.rows for f in files)),
         txn=op.txn,
         writer=f"kstore {__version__}",
-        metadata=new.to_dict() if new is not None else None,
+        metadata=new_dict,
         orphan_cutoff_ms=op.orphan_cutoff_ms if op.is_fence else None,
         info=dict(op.info or {}),
     )
     schema_changed = new is not None and new.schema is not None and (
         base_schema is None or not new.schema.equals(base_schema))
+    main_bytes = serialize.dumps(new_dict, fmt) if new_dict is not None else None
     return _Staged(
         entry=entry,
-        entry_bytes=serialize.dumps(entry.to_dict(), "json"),
+        entry_bytes=_entry_bytes(entry, main_bytes if fmt == "json" else None),
         meta=new,
-        main_bytes=serialize.dumps(new.to_dict(), fmt) if new is not None else None,
+        main_bytes=main_bytes,
         fmt=fmt,
         common_bytes=common_metadata_bytes(new.schema) if (schema_changed and new is not None
                                                             and new.schema is not None) else None,
     )
+
+
+def _entry_bytes(entry: LogEntry, metadata_json: bytes | None) -> bytes:
+    """The log entry as JSON. When the main file's JSON bytes are at hand they are spliced
+    in as the ``metadata`` value instead of encoding the same dict a second time."""
+    raw = entry.to_dict()
+    if metadata_json is None or raw.get("metadata") is None:
+        return serialize.dumps(raw, "json")
+    raw["metadata"] = None
+    head = serialize.dumps(raw, "json")
+    marker = b'"metadata":null'
+    at = head.find(marker)
+    if at < 0 or head.count(marker) != 1:  # a nested dict (info) has the same key: encode it all
+        raw["metadata"] = entry.to_dict()["metadata"]
+        return serialize.dumps(raw, "json")
+    return head[:at] + b'"metadata":' + metadata_json + head[at + len(marker):]
 
 
 def _claim(store: Store, key: str, data: bytes, entry: LogEntry) -> bool:

@@ -94,7 +94,7 @@ class LogEntry:
             "rows_added": self.rows_added,
             "txn": list(self.txn) if self.txn else None,
             "writer": self.writer,
-            "metadata": _thaw(self.metadata) if self.metadata is not None else None,
+            "metadata": _plain(self.metadata),
         }
         if self.orphan_cutoff_ms is not None:
             out["orphan_cutoff_ms"] = self.orphan_cutoff_ms
@@ -177,6 +177,15 @@ def _strings(values: Any, where: str, name: str) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in values):
         raise CorruptMetadataError(f"{where}: {name!r} must be a list of partition labels")
     return tuple(values)
+
+
+def _plain(value: Mapping[str, Any] | None) -> Any:
+    """The metadata as plain dicts: as it is when it already is one (the commit builds it
+    with ``DatasetMetadata.to_dict``; a deep copy of a large dataset's partitions costs
+    more than writing them), thawed otherwise."""
+    if value is None or type(value) is dict:
+        return value
+    return _thaw(value)
 
 
 def _thaw(value: Any) -> Any:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.types as pat
 
-from kstore.blocks import load
 from kstore.blocks.read import read_task
-from kstore.core.planning import ReadPlan, ReadTask, plan_read
-from kstore.core.predicates import DNF, Term, bind, columns_of, parse
+from kstore.blocks.snapshot import open_snapshot
+from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.predicates import DNF, Term, bind, parse
 from kstore.errors import InvalidArgumentError, KstoreError
-from kstore.io.store import CountingStore, Store, StoreLike, open_store
+from kstore.io.store import Store, StoreLike, open_store
 from kstore.spark.types import schema_hint, spark_schema, to_spark_batches
 
 if TYPE_CHECKING:
@@ -219,12 +219,10 @@ def resolve_source(options: Mapping[str, str]) -> ReadSource:
             raise InvalidArgumentError(f"option version must be an integer, got {version_opt!r}") from exc
     else:
         version = None
-    if version is None:
-        meta = load.load_metadata(st, uuid)[0]
-    else:
-        meta = load.load_version(st, uuid, version)
+    snap = open_snapshot(st, uuid, version=version)
+    meta = snap.metadata
     table = options.get("table") or None
-    schema = load.load_schema(st, meta, table)
+    schema = snap.schema(table)
     sspark = spark_schema(schema, hint=schema_hint(meta.metadata))
     columns = options.get("columns")
     if columns:
@@ -355,25 +353,13 @@ def _combine(predicates: DNF | None, pushed: Sequence[Term]) -> DNF | None:
 def plan(source: ReadSource, pushed: Sequence[Term] = ()) -> tuple[ReadPlan, pa.Table | None]:
     """Plan the read; return the plan (store calls counted) and the per-file statistics.
 
-    Store calls: 1 get for the metadata, 1 per secondary index a predicate uses, 1 for the
-    statistics (always: they size the Spark partitions, and prune ``is null`` terms and
-    columns without an index).
+    Store calls: those of :func:`kstore.open_dataset`, 1 per secondary index a predicate
+    uses, 1 for the statistics when pruning needs them (they are always loaded, as they
+    size the Spark partitions).
     """
-    counting = CountingStore(source.store())
-    uuid = source.dataset_uuid
-    if source.version is None:
-        meta = load.load_metadata(counting, uuid)[0]
-    else:
-        meta = load.load_version(counting, uuid, source.version)
-    schema = load.load_schema(counting, meta, source.table)
+    snap = open_snapshot(source.store(), source.dataset_uuid, version=source.version)
     dnf = _combine(source.predicates, pushed)
-    idx_cols = [c for c in columns_of(dnf) if c not in meta.partition_keys
-                and (c in meta.indices or c in meta.inline_indices)]
-    indices = load.load_indices(counting, meta, idx_cols, schema)
-    stats = load.load_stats(counting, meta)
-    result = plan_read(meta, schema, dnf, source.columns, indices=indices, stats=stats, table=source.table,
-                       store_calls=dict(counting.calls))
-    return result, stats
+    return snap.plan_with_stats(source.columns, dnf, table=source.table, stats=True)
 
 
 def group_tasks(tasks: Sequence[ReadTask], sizes: Mapping[str, int], partition_bytes: int,
