@@ -281,6 +281,8 @@ class DatasetMetadata:
         if stats is not None:
             naming.validate_dataset_key(uuid, stats)
         kv = ext.get("version")
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 0):
+            raise CorruptMetadataError(f"dataset {uuid!r}: kstore version must be an int >= 0, got {kv!r:.40}")
         cutoff = ext.get("orphan_cutoff_ms")
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)):
             raise CorruptMetadataError(f"dataset {uuid!r}: orphan_cutoff_ms must be an int, got {cutoff!r}")

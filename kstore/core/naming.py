@@ -196,7 +196,10 @@ def index_timestamp(now: datetime | None = None) -> str:
 def index_key(dataset_uuid: str, column: str, timestamp: str | None = None) -> str:
     """Storage key of a secondary index file; a fresh timestamp makes each write a new key."""
     ts = timestamp or index_timestamp()
-    col = _check_component(quote(column), f"dataset {dataset_uuid!r}: index column {short_repr(column)}")
+    col = quote(column)
+    if col in (".", ".."):  # a path component of dots would name a directory, not the column
+        col = col.replace(".", "%2E")
+    col = _check_component(col, f"dataset {dataset_uuid!r}: index column {short_repr(column)}")
     key = f"{dataset_prefix(dataset_uuid)}{INDICES_DIR}/{col}/{quote(ts)}{INDEX_SUFFIX}"
     return _check_key(key, f"dataset {dataset_uuid!r}")
 

@@ -445,3 +445,10 @@ def test_user_metadata_at_the_nesting_limit_round_trips():
     for fmt in ("json", "msgpack.zstd"):
         raw = serialize.loads(serialize.dumps(meta.to_dict(), fmt), fmt)
         assert DatasetMetadata.from_dict(raw, expected_uuid="d") == meta
+
+
+@pytest.mark.parametrize("version", [-3, 1.5, "7", True])
+def test_a_kstore_version_that_is_not_a_count_is_damage(version):
+    raw = {**GOOD, "kstore": {"format": 1, "version": version}}
+    with pytest.raises(CorruptMetadataError, match=r"dataset 'ds': kstore version must be an int >= 0"):
+        DatasetMetadata.from_dict(raw, expected_uuid="ds")

@@ -553,3 +553,13 @@ def test_statistics_of_values_python_cannot_hold_are_unknown():
     table = pa.table({"d": pa.array([2**31 - 1, 0], pa.int32()).cast(pa.date32()), "x": [1, 2]})
     stats = file_stats(table, nbytes=1)
     assert stats.columns["d"] == (None, None, 0) and stats.columns["x"] == (1, 2, 0)
+
+
+def test_columns_named_dot_and_dot_dot_can_be_indexed(store_url):
+    df = pd.DataFrame({".": [1, 2, 3], "..": ["a", "b", "a"], "x": [10, 20, 30]})
+    kstore.store_dataset(store_url, "dots", df, secondary_indices=[".", ".."])
+    meta = kstore.load_metadata(store_url, "dots")
+    assert all("/./" not in k and "/../" not in k for k in meta.indices.values())
+    got = kstore.read_dataset(store_url, "dots", predicates=[[("..", "==", "a"), (".", ">", 1)]])
+    assert got["x"].tolist() == [30]
+    assert kstore.index_lookup(store_url, "dots", ".", 2) == kstore.index_lookup(store_url, "dots", "..", "b")
