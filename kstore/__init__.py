@@ -4,10 +4,11 @@ Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
-    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
+    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions
 """
 
 from kstore._version import __version__
+from kstore.core.writer_options import WriteOptions
 from kstore.eager import (
     index_lookup,
     iter_dataset,
@@ -35,6 +36,7 @@ from kstore.lifecycle import (
 __all__ = [
     "__version__",
     "KstoreError",
+    "WriteOptions",
     "build_indices",
     "copy_dataset",
     "delete_dataset",

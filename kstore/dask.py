@@ -50,6 +50,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.types import merge_schemas
+from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.eager import load_metadata, plan_with_stats
 from kstore.errors import (
     ColumnNotFoundError,
@@ -135,8 +136,10 @@ class _WritePartition:
     """The function Dask maps over the partitions: write files, return their records."""
 
     def __init__(self, factory: Callable[[], Store], dataset_uuid: str, partition_on: tuple[str, ...],
-                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool) -> None:
+                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool,
+                 options: WriteOptions = DEFAULT_OPTIONS) -> None:
         self.factory = factory
+        self.options = options
         self.dataset_uuid = dataset_uuid
         self.partition_on = partition_on
         self.index_columns = index_columns
@@ -161,6 +164,7 @@ class _WritePartition:
             groups = [(0, table)]
         schema = table_schema(table, partition_on=self.partition_on, secondary_indices=self.index_columns,
                               dataset=self.dataset_uuid)
+        self.options.check_columns(schema, self.partition_on, dataset=self.dataset_uuid)
         store = self.factory()
         files: list[WrittenFile] = []
         try:
@@ -168,7 +172,7 @@ class _WritePartition:
                 files.extend(write_partitions(
                     store, self.dataset_uuid, part, partition_on=self.partition_on,
                     index_columns=self.index_columns, table_name=self.table_name,
-                    file_id=_file_id(self.token, number, bucket),
+                    file_id=_file_id(self.token, number, bucket), options=self.options,
                 ))
         except BaseException:
             _delete(store, [f.key for f in files])
@@ -291,6 +295,8 @@ def _write(
     schema_mode: Literal["strict", "merge"],
     txn: tuple[str, int] | None,
     must_exist: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     # 1. validate everything on the client, before any task runs
     if not isinstance(ddf, dd.DataFrame):
@@ -311,7 +317,8 @@ def _write(
     factory = _worker_store(store, dataset_uuid)
     job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on, secondary_indices=secondary_indices,
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
-                        metadata_format=metadata_format, txn=txn, must_exist=must_exist)
+                        metadata_format=metadata_format, txn=txn, must_exist=must_exist,
+                        write_options=write_options, sort_by=sort_by)
     if job.already_committed:
         return job.base  # a re-submitted transaction: already committed, nothing to write
     pon, sec = job.partition_on, job.index_columns
@@ -321,6 +328,7 @@ def _write(
     if BUCKET_COLUMN in ddf.columns:
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: column name {BUCKET_COLUMN!r} is reserved")
     meta_schema = _meta_schema(ddf, pon, sec, dataset_uuid)
+    job.options.check_columns(meta_schema, pon, dataset=dataset_uuid)  # before any task runs
     if job.base_schema is not None and not job.creates:
         merge_schemas(job.base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
 
@@ -331,7 +339,8 @@ def _write(
     if shuffle and (pon or buckets):
         ddf = ddf.shuffle(on=list(pon) + ([BUCKET_COLUMN] if buckets else []))
     token = _uuid.uuid4().hex[:8]
-    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets))
+    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets),
+                             job.options)
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
 
     # 3. run, then ONE commit (shared with every driver: kstore.blocks.job.finish_write)
@@ -362,6 +371,8 @@ def store_dataset(
     metadata_format: MetadataFormat = "json",
     table_name: str = naming.DEFAULT_TABLE,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
 
@@ -384,6 +395,8 @@ def store_dataset(
         ``"error"`` (create; :class:`~kstore.errors.DatasetExistsError` if it exists),
         ``"overwrite"`` (replace), ``"append"`` or ``"overwrite_partitions"`` (update, or
         create a missing dataset; see :func:`update_dataset`).
+    write_options, sort_by
+        As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
 
     Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
     schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
@@ -401,7 +414,8 @@ def store_dataset(
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
-                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn)
+                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn,
+                  write_options=write_options, sort_by=sort_by)
 
 
 def update_dataset(
@@ -419,6 +433,8 @@ def update_dataset(
     schema_mode: Literal["strict", "merge"] = "strict",
     metadata: Mapping[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
 
@@ -444,7 +460,7 @@ def update_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
-                  must_exist=True)
+                  must_exist=True, write_options=write_options, sort_by=sort_by)
 
 
 # ---------------------------------------------------------------------------------------

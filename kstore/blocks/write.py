@@ -32,6 +32,7 @@ from kstore.core.types import (
     storage_schema,
     with_pandas_metadata,
 )
+from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
@@ -54,6 +55,8 @@ __all__ = [
     "write_common_metadata",
     "common_metadata_bytes",
     "PARQUET_OPTIONS",
+    "parquet_bytes",
+    "sort_rows",
 ]
 
 #: Parquet writer options for data files (kartothek 5.3 / pyarrow 6 can read them).
@@ -294,6 +297,34 @@ def _label_and_key(
         raise LimitExceededError(f"dataset {dataset_uuid!r}: partition {dict(zip(partition_on, values))}: {exc}") from exc
 
 
+def sort_rows(data: pa.Table, sort_by: Sequence[str]) -> pa.Table:
+    """``data`` sorted by ``sort_by`` (ascending, nulls last; stable)."""
+    if not sort_by or data.num_rows < 2:
+        return data
+    keys = [(c, "ascending") for c in sort_by]
+    order = pc.sort_indices(data, sort_keys=keys)  # nulls at the end (Arrow's default)
+    return data.take(order)
+
+
+def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS) -> bytes:
+    """One data file's bytes: ``data`` encoded with ``options`` (sorted by ``options.sort_by``
+    first, the order recorded as the row groups' sorting columns)."""
+    sink = io.BytesIO()
+    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
+    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
+    data = data.replace_schema_metadata(file_schema.metadata)
+    kwargs = options.parquet_kwargs()
+    if options.sort_by:
+        data = sort_rows(data, options.sort_by)
+        kwargs["sorting_columns"] = pq.SortingColumn.from_ordering(
+            data.schema, [(c, "ascending") for c in options.sort_by], null_placement="at_end")
+    if "bloom_filter_options" in kwargs:  # size each filter for the rows of one row group
+        ndv = max(1, min(data.num_rows, options.row_group_size or (1 << 20)))
+        kwargs["bloom_filter_options"] = {c: {"ndv": ndv} for c in kwargs["bloom_filter_options"]}
+    pq.write_table(data.combine_chunks(), sink, **kwargs)
+    return sink.getvalue()
+
+
 def _write_file(
     store: Store,
     label: str,
@@ -302,12 +333,9 @@ def _write_file(
     partition_on: Sequence[str],
     data: pa.Table,
     index_columns: Sequence[str],
+    options: WriteOptions = DEFAULT_OPTIONS,
 ) -> WrittenFile:
-    sink = io.BytesIO()
-    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
-    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
-    pq.write_table(data.replace_schema_metadata(file_schema.metadata).combine_chunks(), sink, **PARQUET_OPTIONS)
-    payload = sink.getvalue()
+    payload = parquet_bytes(data, options)
     store.put(key, payload)
     idx_values = {}
     for c in index_columns:
@@ -329,7 +357,8 @@ def write_partitions(
     index_columns: Sequence[str] = (),
     table_name: str = naming.DEFAULT_TABLE,
     file_id: str | None = None,
-    max_workers: int = 4,
+    max_workers: int | None = None,
+    options: WriteOptions | None = None,
 ) -> list[WrittenFile]:
     """Split ``table`` by ``partition_on`` and write one Parquet file per partition value.
 
@@ -342,7 +371,8 @@ def write_partitions(
 
     def work(item: tuple[tuple[str, str], pa.Table]) -> WrittenFile:
         (label, key), data = item
-        return _write_file(store, label, key, table_name, partition_on, data, index_columns)
+        return _write_file(store, label, key, table_name, partition_on, data, index_columns,
+                           options or DEFAULT_OPTIONS)
 
     written: list[WrittenFile] = []
     try:

@@ -38,6 +38,7 @@ from kstore.blocks.write import WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -226,6 +227,8 @@ def prepare_write(
     schema_mode: Literal["strict", "merge"] = "strict",
     txn: tuple[str, int] | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> WriteJob:
     """Check a write against the store and the Spark schema; nothing is written.
 
@@ -246,7 +249,8 @@ def prepare_write(
     core = prepare_core(factory(), dataset_uuid, mode=mode, partition_on=_as_tuple(partition_on, "partition_on"),
                         secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name, schema_mode=schema_mode,
                         delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format, txn=txn,
-                        must_exist=require_existing)
+                        must_exist=require_existing, write_options=write_options,
+                        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None)
     if core.base_schema is not None and not core.creates:
         file_schema = _tz_like_base(file_schema, core.base_schema)
     schema = check_schema(core, file_schema.empty_table())
@@ -290,7 +294,8 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
     try:
         for table in _chunks(batches, job.file_schema, job.chunk_bytes):
             files = write_partitions(store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                     index_columns=job.index_columns, table_name=job.table_name)
+                                     index_columns=job.index_columns, table_name=job.table_name,
+                                     options=job.core.options)
             written.extend(files)
             yield files
     except BaseException:
@@ -365,6 +370,8 @@ def store_dataset(
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Write a Spark DataFrame as a kstore dataset: executors write, the driver commits once.
 
@@ -394,6 +401,9 @@ def store_dataset(
     txn
         ``(app_id, version)``: a retry of an already committed write commits nothing and
         returns the committed metadata (idempotent jobs).
+    write_options, sort_by
+        As in :func:`kstore.store_dataset`: how files are encoded, and the columns rows
+        are sorted by inside each file (each executor sorts its own files).
 
     Returns
     -------
@@ -411,7 +421,7 @@ def store_dataset(
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, partition_on=partition_on,
                         secondary_indices=secondary_indices, metadata=metadata,
                         metadata_format=metadata_format, table_name=table_name, schema_mode=schema_mode,
-                        txn=txn, chunk_bytes=chunk_bytes)
+                        txn=txn, chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
     return _run(df, job, shuffle)
 
 
@@ -429,6 +439,8 @@ def update_dataset(
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Append ``df`` to an existing dataset and/or delete partitions, in one commit.
 
@@ -452,7 +464,7 @@ def update_dataset(
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, require_existing=True,
                         partition_on=partition_on, secondary_indices=secondary_indices,
                         delete_scope=delete_scope, metadata=metadata, schema_mode=schema_mode, txn=txn,
-                        chunk_bytes=chunk_bytes)
+                        chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
     return _run(df, job, shuffle)
 
 
