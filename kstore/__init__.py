@@ -3,7 +3,7 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
+    load_metadata, read_schema, index_lookup, build_indices, compact, delete_rows, history, diff,
     garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions
 """
 
@@ -24,6 +24,7 @@ from kstore.errors import KstoreError
 from kstore.io.store import open_store
 from kstore.lifecycle import (
     build_indices,
+    compact,
     copy_dataset,
     delete_dataset,
     delete_rows,
@@ -38,6 +39,7 @@ __all__ = [
     "KstoreError",
     "WriteOptions",
     "build_indices",
+    "compact",
     "copy_dataset",
     "delete_dataset",
     "delete_rows",
