@@ -42,6 +42,17 @@ import pandas as pd
 import pyarrow as pa
 from dask.dataframe.utils import pyarrow_strings_enabled
 
+from kstore.blocks.compact import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionGroup,
+    CompactionPlan,
+    delete_by_token,
+    finish_compaction,
+    plan_compaction,
+    rewrite_group,
+    task_file_id,
+    worker_plan,
+)
 from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
@@ -59,7 +70,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 
-__all__ = ["store_dataset", "update_dataset", "read_dataset", "BUCKET_COLUMN"]
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 
@@ -461,6 +472,73 @@ def update_dataset(
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
                   must_exist=True, write_options=write_options, sort_by=sort_by)
+
+
+# ---------------------------------------------------------------------------------------
+# compaction
+# ---------------------------------------------------------------------------------------
+
+
+def _rewrite_task(factory: Callable[[], Store], plan: CompactionPlan, group: CompactionGroup,
+                  file_id: str) -> list[WrittenFile]:
+    return rewrite_group(factory(), plan, group, file_id=file_id)
+
+
+def compact(
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_files: int = 2,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    predicates: Any = None,
+    dry_run: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> CompactionPlan:
+    """:func:`kstore.compact` with the rewriting on Dask workers (one task per group of
+    files that becomes one file) and ONE commit on the client.
+
+    The default scheduler runs the tasks (a ``distributed.Client`` when one is active). If
+    any task fails, nothing is committed and the files the tasks wrote are deleted.
+
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-compact-doc", "d",
+    ...                          iter([pd.DataFrame({"p": [1, 2], "x": [i, i]}) for i in range(3)]), partition_on="p")
+    >>> with dask.config.set(scheduler="threads"):
+    ...     done = kstore.dask.compact("memory://dask-compact-doc", "d")
+    >>> done.files_in, done.files_out
+    (6, 2)
+    """
+    st = open_store(store)
+    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
+                           partitions=partitions, predicates=predicates, write_options=write_options,
+                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    if plan.dry_run or not plan.groups:
+        return plan
+    factory = _worker_store(store, dataset_uuid)
+    token = _uuid.uuid4().hex[:8]
+    light = dask.delayed(worker_plan(plan), traverse=False)
+    tasks = [dask.delayed(_rewrite_task, pure=False)(factory, light, g, task_file_id(token, i))
+             for i, g in enumerate(plan.groups)]
+    client = _distributed_client()
+    try:
+        if client is None:
+            results = dask.compute(*tasks)
+        else:
+            futures = client.compute(tasks)
+            for f in futures:  # wait for every task, failed or not, before cleaning up
+                try:
+                    f.exception()
+                except Exception:
+                    pass
+            results = client.gather(futures)
+    except BaseException:
+        delete_by_token(st, plan, token)
+        raise
+    files = [f for written in results for f in written]
+    return finish_compaction(st, plan, files)[0]
 
 
 # ---------------------------------------------------------------------------------------

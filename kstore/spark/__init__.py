@@ -28,12 +28,13 @@ from kstore.io.store import StoreLike
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown
 from kstore.spark.reader import encode_predicates, encode_store
 from kstore.spark.types import arrow_schema, spark_schema
-from kstore.spark.writer import store_dataset, update_dataset
+from kstore.spark.writer import compact, store_dataset, update_dataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "compact",
     "store_dataset",
     "update_dataset",
     "read_dataset",

@@ -30,6 +30,17 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from kstore.blocks import load
+from kstore.blocks.compact import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionGroup,
+    CompactionPlan,
+    delete_by_token,
+    finish_compaction,
+    plan_compaction,
+    rewrite_group,
+    task_file_id,
+    worker_plan,
+)
 from kstore.blocks.job import WriteJob as CoreJob
 from kstore.blocks.job import check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
@@ -61,6 +72,7 @@ __all__ = [
     "update_dataset",
     "spark_store_factory",
     "DEFAULT_CHUNK_BYTES",
+    "compact",
 ]
 
 WriteMode = Literal["error", "append", "overwrite", "overwrite_partitions"]
@@ -475,3 +487,58 @@ def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequ
                         txn=txn, must_exist=True)
     resolve_scope(core.base, core.base_schema, list(delete_scope))
     return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)
+
+
+class _RewriteGroups:
+    """The executor function of :func:`compact`: rewrite each (number, group) it gets."""
+
+    def __init__(self, factory: Callable[[], Store], plan: CompactionPlan, token: str) -> None:
+        self.factory, self.plan, self.token = factory, plan, token
+
+    def __call__(self, items: Iterable[tuple[int, CompactionGroup]]) -> Iterator[bytes]:
+        store = self.factory()
+        for number, group in items:
+            files = rewrite_group(store, self.plan, group, file_id=task_file_id(self.token, number))
+            yield pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def compact(
+    spark: Any,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_files: int = 2,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    predicates: Any = None,
+    dry_run: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> CompactionPlan:
+    """:func:`kstore.compact` with the rewriting on Spark executors (the groups of files
+    are spread over the session's default parallelism) and ONE commit on the driver.
+
+    ``store`` must be reachable from the executors (a path or URL, not ``memory://``). If
+    the job fails, nothing is committed and the files its tasks wrote are deleted.
+    """
+    import uuid as _uuid
+
+    factory = spark_store_factory(store)
+    st = factory()
+    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
+                           partitions=partitions, predicates=predicates, write_options=write_options,
+                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    if plan.dry_run or not plan.groups:
+        return plan
+    token = _uuid.uuid4().hex[:8]
+    items = list(enumerate(plan.groups))
+    slices = max(1, min(len(items), spark.sparkContext.defaultParallelism * 2))
+    try:
+        payloads = (spark.sparkContext.parallelize(items, slices)
+                    .mapPartitions(_RewriteGroups(factory, worker_plan(plan), token)).collect())
+    except BaseException:
+        delete_by_token(st, plan, token)
+        raise
+    files = [f for p in payloads for f in pickle.loads(p)]
+    return finish_compaction(st, plan, files)[0]

@@ -170,3 +170,22 @@ def test_bad_arguments_write_nothing(store_url, kwargs, name):
     with pytest.raises(kstore.KstoreError, match=name):
         kstore.compact(store_url, UUID, **kwargs)
     assert set(st.iter_prefix("")) == keys
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("where", ["threads", "distributed"])
+def test_dask_compact_rewrites_on_workers_and_commits_once(tmp_path, request, where):
+    dask = pytest.importorskip("dask")
+    import kstore.dask
+
+    url = "file://" + str(tmp_path / "s")
+    frames = list(chunks(20, parts=3))
+    kstore.store_dataset(url, UUID, iter(frames), partition_on="p", secondary_indices=["x"])
+    version = kstore.load_metadata(url, UUID).version
+    target = request.getfixturevalue("dask_cluster_client") if where == "distributed" else "threads"
+    with dask.config.set(scheduler=target):
+        assert kstore.dask.compact(url, UUID, dry_run=True).files_in == 60
+        done = kstore.dask.compact(url, UUID, sort_by=["x"])
+    assert (done.files_in, done.files_out, done.committed) == (60, 3, version + 1)
+    assert len(kstore.history(url, UUID)) == 2  # the create and ONE compaction commit
+    check_exact(url, pd.concat(frames, ignore_index=True))

@@ -315,6 +315,26 @@ def test_write_options_reach_the_files(spark, store):
     assert not any(k.startswith(("opts3", "opts4")) for k in kstore.open_store(store).iter_prefix(""))
 
 
+def test_compact_on_executors_commits_once(spark, store):
+    import pandas as pd
+
+    frames = [pd.DataFrame({"p": [k % 2, (k + 1) % 2], "id": [2 * k, 2 * k + 1], "x": [k % 5, k % 7]})
+              for k in range(30)]
+    kstore.store_dataset(store, "cmp", iter(frames), partition_on="p", secondary_indices=["x"])
+    version = kstore.load_metadata(store, "cmp").version
+    plan = ks.compact(spark, store, "cmp", dry_run=True)
+    assert (plan.files_in, plan.files_out, plan.committed) == (60, 2, None)
+    assert kstore.load_metadata(store, "cmp").version == version
+    done = ks.compact(spark, store, "cmp")
+    assert (done.files_in, done.files_out, done.committed) == (60, 2, version + 1)
+    meta = kstore.load_metadata(store, "cmp")
+    assert len(meta.partitions) == 2
+    back = kstore.read_dataset(store, "cmp").sort_values("id")
+    assert back["id"].tolist() == list(range(60))
+    assert sorted(kstore.read_dataset(store, "cmp", predicates=[[("x", "==", 3)]])["id"]) == sorted(
+        i for f in frames for i, x in zip(f["id"], f["x"]) if x == 3)
+
+
 def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, berlin):
     instants = [dt.datetime(2024, 10, 27, 0, 30, tzinfo=UTC) + timedelta(minutes=30 * k) for k in range(8)]
     df = spark.createDataFrame([(k, ts, ts.replace(tzinfo=None)) for k, ts in enumerate(instants)],

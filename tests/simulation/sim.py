@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -92,6 +93,7 @@ class Stats:
     outcomes: Counter = field(default_factory=Counter)
     versions: int = 0
     reads_checked: int = 0
+    committed: Counter = field(default_factory=Counter)  # versions by operation kind
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ Rows = frozenset  # of (rid, p, x)
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices
+    kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices | compact
     tag: tuple[str, int]
     rows: tuple[tuple[int, str, int], ...] = ()
     partition: str | None = None
@@ -375,6 +377,7 @@ class Observer:
         txn = tuple(entry["txn"]) if entry.get("txn") else None
         self.tags[v] = txn
         operation = entry.get("operation")
+        self.sched.stats.committed[operation] += 1
         if v > 0 and v - 1 not in self.snapshots:
             self.fail(f"version {v} appeared but version {v - 1} was never seen")
         before = self.snapshots.get(v - 1) if v > 0 else None
@@ -488,7 +491,7 @@ class Simulation:
                 op = Op("create", tag, rows=self._rows(2))
             else:
                 kind = self.rng.choice(["append", "append", "append", "overwrite", "delete_scope",
-                                        "delete_rows", "build_indices"])
+                                        "delete_rows", "build_indices", "compact", "compact"])
                 if kind == "overwrite":
                     op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 2), (self.rng.choice(PARTITIONS),)))
                 elif kind == "delete_scope":
@@ -515,6 +518,9 @@ class Simulation:
             return kstore.update_dataset(st, UUID, delete_scope=[{"p": op.partition}], txn=op.tag)
         if op.kind == "delete_rows":
             return kstore.delete_rows(st, UUID, [[("x", "==", op.x)]], txn=op.tag)
+        if op.kind == "compact":
+            done = kstore.compact(st, UUID, txn=op.tag)  # no store call after it returns
+            return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
 
     def _writer(self, name: str, plan: list[tuple[Op, int]]) -> None:
@@ -727,4 +733,4 @@ class Simulation:
 
 def _noop(op: Op, obs: Observer) -> bool:
     """Operations that may legitimately commit nothing (a delete that matched no row)."""
-    return op.kind in ("delete_scope", "delete_rows")
+    return op.kind in ("delete_scope", "delete_rows", "compact")
