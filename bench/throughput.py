@@ -8,6 +8,8 @@ The WORKLOAD data (shared/bench/WORKLOAD.md, ``bench/side_by_side.make_data``), 
       ``sort_by=["location"]`` (W1c);
 - R1  full read into pandas — kstore ``read_dataset`` vs ``pyarrow.dataset`` and raw
       ``pq.read_table`` of kstore's own files (the best of the two is the floor);
+- C1  compaction of 1,000 small files (100 appends' worth) in 10 partitions (500k rows):
+      files before/after and seconds (``--steps C1``);
 - R2  ``location == 7`` — kstore on the unclustered and on the clustered dataset, DuckDB
       on the same files (``read_parquet(glob, hive_partitioning)``), and pyarrow.dataset.
 
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -147,6 +150,27 @@ def main(argv: list[str] | None = None) -> int:
             df = record(f"R2{label} kstore read_dataset", timed(
                 lambda p=path: kstore.read_dataset(str(p), "sales", predicates=pred), args.repeats))
             assert len(df) == expect_r2
+
+    # ---- C1: compaction of 1,000 small files in 10 partitions --------------------------
+    if "C1" in steps:
+        c_dir = work / "compact"
+        small = table.slice(0, min(n, 500_000))
+        part = pa.array(pa.compute.cast(small.column("location"), pa.int64()).to_numpy() % 10)
+        small = small.append_column("part", part)
+        per = max(1, small.num_rows // 100)
+        chunks = [small.slice(i * per, per) for i in range(100)]
+        times_c = []
+        for _ in range(args.repeats):
+            rm(c_dir)
+            kstore.store_dataset(str(c_dir), "c", iter(chunks), partition_on=["part"], secondary_indices=["location"])
+            before = len(kstore.load_metadata(str(c_dir), "c").partitions)
+            t0 = time.perf_counter()
+            done = kstore.compact(str(c_dir), "c")
+            times_c.append(time.perf_counter() - t0)
+        after = len(kstore.load_metadata(str(c_dir), "c").partitions)
+        print(f"  C1 compaction: {before} files -> {after} files ({done.rows} rows, {done.bytes_in} -> "
+              f"{done.bytes_out} bytes)")
+        record("C1 kstore.compact 1000 files", (statistics.median(times_c), times_c, None))
 
     def ratio(a: str, b: str) -> str:
         if a not in res or b not in res:
