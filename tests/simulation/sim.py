@@ -77,6 +77,7 @@ class Config:
     ops_per_writer: int = 3
     gc_runs: int = 2
     reads: int = 3
+    compactions: int = 2  # kstore.compact runs by a compactor actor beside the writers
     fault_rate: float = 0.04
     kill_rate: float = 0.01
     create_concurrently: bool = False  # no dataset at the start: writers race to create it
@@ -491,7 +492,7 @@ class Simulation:
                 op = Op("create", tag, rows=self._rows(2))
             else:
                 kind = self.rng.choice(["append", "append", "append", "overwrite", "delete_scope",
-                                        "delete_rows", "build_indices", "compact", "compact"])
+                                        "delete_rows", "build_indices"])
                 if kind == "overwrite":
                     op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 2), (self.rng.choice(PARTITIONS),)))
                 elif kind == "delete_scope":
@@ -505,6 +506,17 @@ class Simulation:
             retries = self.rng.choice([0, 0, 1, 2])  # txn retries after a failure
             ops.append((op, retries))
             self.observer.ops[tag] = op
+        return ops
+
+    def _plan_compactor(self) -> list[tuple[Op, int]]:
+        """The compactor's operations (its own random stream: the writers' plans stay as
+        they were before compaction joined the simulation)."""
+        rng = random.Random(self.seed * 11 + 5)
+        ops = []
+        for j in range(self.config.compactions):
+            op = Op("compact", ("c", j + 1))
+            ops.append((op, rng.choice([0, 0, 1])))
+            self.observer.ops[op.tag] = op
         return ops
 
     def _run_op(self, st: SimStore, op: Op) -> Any:
@@ -627,13 +639,17 @@ class Simulation:
             if not self.config.create_concurrently:
                 init = Op("create", ("init", 1), rows=self._rows(4))
                 self.observer.ops[init.tag] = init
-                kstore.store_dataset(self.raw, UUID, frame(init.rows), partition_on="p", secondary_indices="x",
-                                     txn=init.tag)
+                # two chunks: two files in some partitions, so the compactor has work from the start
+                kstore.store_dataset(self.raw, UUID, iter([frame(init.rows[:2]), frame(init.rows[2:])]),
+                                     partition_on="p", secondary_indices="x", txn=init.tag)
             self.observer.check()
             actors: dict[str, Callable[[], None]] = {}
             for w in range(self.config.writers):
                 plan = self._plan_writer(w)
                 actors[f"w{w}"] = lambda n=f"w{w}", p=plan: self._writer(n, p)
+            if self.config.compactions:
+                compactor = self._plan_compactor()
+                actors["c"] = lambda: self._writer("c", compactor)
             actors["gc"] = lambda: self._gc("gc")
             actors["r"] = lambda: self._reader("r")
             threads = []
