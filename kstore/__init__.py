@@ -3,8 +3,8 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, build_indices, delete_rows, history, diff,
-    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store
+    load_metadata, read_schema, index_lookup, build_indices, compact, delete_rows, history, diff,
+    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions
 
 Types for annotations: ``Store`` (the store protocol), ``StoreLike`` (what every ``store``
 argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``,
@@ -19,6 +19,7 @@ from kstore.core.arguments import AsOf
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.predicates import Predicates
+from kstore.core.writer_options import WriteOptions
 from kstore.eager import (
     index_lookup,
     iter_dataset,
@@ -35,6 +36,7 @@ from kstore.errors import KstoreError
 from kstore.io.store import Store, StoreLike, open_store
 from kstore.lifecycle import (
     build_indices,
+    compact,
     copy_dataset,
     delete_dataset,
     delete_rows,
@@ -57,7 +59,9 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreLike",
+    "WriteOptions",
     "build_indices",
+    "compact",
     "copy_dataset",
     "delete_dataset",
     "delete_rows",

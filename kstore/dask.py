@@ -40,8 +40,21 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from dask.base import compute as dask_compute
 from dask.dataframe.utils import pyarrow_strings_enabled
+from dask.delayed import delayed
 
+from kstore.blocks.compact import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionGroup,
+    CompactionPlan,
+    delete_by_token,
+    finish_compaction,
+    plan_compaction,
+    rewrite_group,
+    task_file_id,
+    worker_plan,
+)
 from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
@@ -50,6 +63,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.types import merge_schemas
+from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.eager import load_metadata, plan_with_stats
 from kstore.errors import (
     ColumnNotFoundError,
@@ -58,7 +72,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 
-__all__ = ["store_dataset", "update_dataset", "read_dataset", "BUCKET_COLUMN"]
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 
@@ -135,8 +149,10 @@ class _WritePartition:
     """The function Dask maps over the partitions: write files, return their records."""
 
     def __init__(self, factory: Callable[[], Store], dataset_uuid: str, partition_on: tuple[str, ...],
-                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool) -> None:
+                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool,
+                 options: WriteOptions = DEFAULT_OPTIONS) -> None:
         self.factory = factory
+        self.options = options
         self.dataset_uuid = dataset_uuid
         self.partition_on = partition_on
         self.index_columns = index_columns
@@ -161,6 +177,7 @@ class _WritePartition:
             groups = [(0, table)]
         schema = table_schema(table, partition_on=self.partition_on, secondary_indices=self.index_columns,
                               dataset=self.dataset_uuid)
+        self.options.check_columns(schema, self.partition_on, dataset=self.dataset_uuid)
         store = self.factory()
         files: list[WrittenFile] = []
         try:
@@ -168,7 +185,7 @@ class _WritePartition:
                 files.extend(write_partitions(
                     store, self.dataset_uuid, part, partition_on=self.partition_on,
                     index_columns=self.index_columns, table_name=self.table_name,
-                    file_id=_file_id(self.token, number, bucket),
+                    file_id=_file_id(self.token, number, bucket), options=self.options,
                 ))
         except BaseException:
             _delete(store, [f.key for f in files])
@@ -291,6 +308,8 @@ def _write(
     schema_mode: Literal["strict", "merge"],
     txn: tuple[str, int] | None,
     must_exist: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     # 1. validate everything on the client, before any task runs
     if not isinstance(ddf, dd.DataFrame):
@@ -311,7 +330,8 @@ def _write(
     factory = _worker_store(store, dataset_uuid)
     job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on, secondary_indices=secondary_indices,
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
-                        metadata_format=metadata_format, txn=txn, must_exist=must_exist)
+                        metadata_format=metadata_format, txn=txn, must_exist=must_exist,
+                        write_options=write_options, sort_by=sort_by)
     if job.already_committed:
         return job.existing  # a re-submitted transaction: already committed, nothing to write
     pon, sec = job.partition_on, job.index_columns
@@ -321,6 +341,7 @@ def _write(
     if BUCKET_COLUMN in ddf.columns:
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: column name {BUCKET_COLUMN!r} is reserved")
     meta_schema = _meta_schema(ddf, pon, sec, dataset_uuid)
+    job.options.check_columns(meta_schema, pon, dataset=dataset_uuid)  # before any task runs
     if job.base_schema is not None and not job.creates:
         merge_schemas(job.base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
 
@@ -331,7 +352,8 @@ def _write(
     if shuffle and (pon or buckets):
         ddf = ddf.shuffle(on=list(pon) + ([BUCKET_COLUMN] if buckets else []))
     token = _uuid.uuid4().hex[:8]
-    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets))
+    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets),
+                             job.options)
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
 
     # 3. run, then ONE commit (shared with every driver: kstore.blocks.job.finish_write)
@@ -362,6 +384,8 @@ def store_dataset(
     metadata_format: MetadataFormat = "json",
     table_name: str = naming.DEFAULT_TABLE,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
 
@@ -384,6 +408,8 @@ def store_dataset(
         ``"error"`` (create; :class:`~kstore.errors.DatasetExistsError` if it exists),
         ``"overwrite"`` (replace), ``"append"`` or ``"overwrite_partitions"`` (update, or
         create a missing dataset; see :func:`update_dataset`).
+    write_options, sort_by
+        As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
 
     Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
     schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
@@ -401,7 +427,8 @@ def store_dataset(
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
-                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn)
+                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn,
+                  write_options=write_options, sort_by=sort_by)
 
 
 def update_dataset(
@@ -419,6 +446,8 @@ def update_dataset(
     schema_mode: Literal["strict", "merge"] = "strict",
     metadata: Mapping[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
 
@@ -444,7 +473,74 @@ def update_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
-                  must_exist=True)
+                  must_exist=True, write_options=write_options, sort_by=sort_by)
+
+
+# ---------------------------------------------------------------------------------------
+# compaction
+# ---------------------------------------------------------------------------------------
+
+
+def _rewrite_task(factory: Callable[[], Store], plan: CompactionPlan, group: CompactionGroup,
+                  file_id: str) -> list[WrittenFile]:
+    return rewrite_group(factory(), plan, group, file_id=file_id)
+
+
+def compact(
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_files: int = 2,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    predicates: Any = None,
+    dry_run: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> CompactionPlan:
+    """:func:`kstore.compact` with the rewriting on Dask workers (one task per group of
+    files that becomes one file) and ONE commit on the client.
+
+    The default scheduler runs the tasks (a ``distributed.Client`` when one is active). If
+    any task fails, nothing is committed and the files the tasks wrote are deleted.
+
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-compact-doc", "d",
+    ...                          iter([pd.DataFrame({"p": [1, 2], "x": [i, i]}) for i in range(3)]), partition_on="p")
+    >>> with dask.config.set(scheduler="threads"):
+    ...     done = kstore.dask.compact("memory://dask-compact-doc", "d")
+    >>> done.files_in, done.files_out
+    (6, 2)
+    """
+    st = open_store(store)
+    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
+                           partitions=partitions, predicates=predicates, write_options=write_options,
+                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    if plan.dry_run or not plan.groups:
+        return plan
+    factory = _worker_store(store, dataset_uuid)
+    token = _uuid.uuid4().hex[:8]
+    light = delayed(worker_plan(plan), traverse=False)
+    tasks = [delayed(_rewrite_task, pure=False)(factory, light, g, task_file_id(token, i))
+             for i, g in enumerate(plan.groups)]
+    client = _distributed_client()
+    try:
+        if client is None:
+            results = dask_compute(*tasks)
+        else:
+            futures = client.compute(tasks)
+            for f in futures:  # wait for every task, failed or not, before cleaning up
+                try:
+                    f.exception()
+                except Exception:
+                    pass
+            results = client.gather(futures)
+    except BaseException:
+        delete_by_token(st, plan, token)
+        raise
+    files = [f for written in results for f in written]
+    return finish_compaction(st, plan, files)[0]
 
 
 # ---------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
 from kstore.core.predicates import Predicates
+from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     CorruptMetadataError,
     KeyNotFoundError,
@@ -77,7 +78,7 @@ def write_files(
             merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
             files.extend(
                 write_partitions(job.store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                 index_columns=job.index_columns, table_name=job.table_name)
+                                 index_columns=job.index_columns, table_name=job.table_name, options=job.options)
             )
     except BaseException:
         delete_files(job.store, files)
@@ -97,12 +98,18 @@ def store_dataset(
     table_name: str = naming.DEFAULT_TABLE,
     overwrite: bool = False,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Write a new dataset (or replace one with ``overwrite=True``) in one commit.
 
     ``data`` is a pandas DataFrame, a pyarrow Table, or an iterable of them (streamed: one
     chunk in memory at a time). Rows are split by ``partition_on`` (hive-encoded in the
     keys, dropped from the files); ``secondary_indices`` get inverted index files.
+    ``write_options`` (:class:`~kstore.WriteOptions` or a dict: compression, level, row-group
+    and page sizes, page index, Bloom filters, dictionary encoding) say how files are
+    encoded; ``sort_by=[columns]`` sorts the rows inside every file (clustering), so
+    row-group statistics skip data for predicates on those columns.
 
     Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`.
 
@@ -117,7 +124,8 @@ def store_dataset(
     as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")  # None is no choice here
     job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
                         partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
-                        metadata=metadata, metadata_format=metadata_format, txn=txn)
+                        metadata=metadata, metadata_format=metadata_format, txn=txn,
+                        write_options=write_options, sort_by=sort_by)
     if job.already_committed:
         return job.existing  # a retried job: nothing to write
     files, schema = write_files(job, data)
@@ -136,6 +144,8 @@ def update_dataset(
     mode: Literal["append", "overwrite_partitions"] = "append",
     schema_mode: Literal["strict", "merge"] = "strict",
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Append ``data`` and/or delete the partitions matching ``delete_scope``, in one commit.
 
@@ -147,7 +157,8 @@ def update_dataset(
     """
     job = prepare_write(open_store(store), dataset_uuid, mode=as_choice(mode, ("append", "overwrite_partitions"), "mode"), partition_on=partition_on,
                         secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
-                        metadata=metadata, txn=txn, must_exist=True)
+                        metadata=metadata, txn=txn, must_exist=True, write_options=write_options,
+                        sort_by=sort_by)
     if job.already_committed:
         return job.existing  # re-submitted transaction: nothing to do
     files, schema = write_files(job, data) if data is not None else ([], None)

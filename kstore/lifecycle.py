@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
+from kstore.blocks.compact import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionPlan,
+    finish_compaction,
+    plan_compaction,
+    rewrite_groups,
+)
 from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect_garbage, delete_all
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
@@ -44,6 +51,7 @@ from kstore.errors import ColumnNotFoundError, CommitStateUnknownError, DatasetE
 from kstore.io.store import StoreLike, open_store
 
 __all__ = [
+    "compact",
     "build_indices",
     "delete_rows",
     "history",
@@ -162,6 +170,57 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
     if files and not (meta.referenced_keys() & {f.key for f in files}):
         delete_files(st, files)  # the transaction was committed before: these files are unused
     return meta
+
+
+def compact(
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_files: int = 2,
+    partitions: Sequence[Any] | None = None,
+    predicates: Any = None,
+    dry_run: bool = False,
+    write_options: Any = None,
+    sort_by: str | Sequence[str] | None = None,
+    txn: tuple[str, int] | None = None,
+    max_workers: int | None = None,
+    progress: Any = None,
+) -> CompactionPlan:
+    """Merge small files per partition into files of up to ``target_file_size`` bytes, in
+    ONE conflict-checked commit (see :mod:`kstore.blocks.compact`).
+
+    ``partitions`` (``[{partition column: value}, ...]``) or ``predicates`` (a DNF: the
+    files its plan keeps) restrict which files are compacted; a partition with fewer than
+    ``min_files`` files smaller than the target is left alone. ``write_options`` and
+    ``sort_by`` encode the new files (as for writes: ``sort_by`` clusters them). Rows,
+    indices and statistics stay exact; the replaced files stay for time travel until
+    garbage collection. A file compacted here that another writer removed or replaced
+    meanwhile makes it fail with :class:`~kstore.errors.CommitConflictError` (nothing
+    committed); concurrent appends are kept. ``dry_run=True`` returns the plan (partitions,
+    files in and out, bytes) and writes nothing. ``progress(done, total)`` is called after
+    each rewritten group. Returns the :class:`~kstore.blocks.compact.CompactionPlan`, with
+    ``committed`` set to the new version.
+
+    >>> import pandas as pd, kstore
+    >>> for i in range(3):
+    ...     _ = kstore.update_dataset("memory://compact-doc", "d", pd.DataFrame({"p": [1, 2], "x": [i, i]}),
+    ...                               partition_on="p") if i else kstore.store_dataset(
+    ...         "memory://compact-doc", "d", pd.DataFrame({"p": [1, 2], "x": [i, i]}), partition_on="p")
+    >>> kstore.compact("memory://compact-doc", "d", dry_run=True).files_in
+    6
+    >>> done = kstore.compact("memory://compact-doc", "d")
+    >>> done.files_in, done.files_out, len(kstore.load_metadata("memory://compact-doc", "d").partitions)
+    (6, 2, 2)
+    """
+    st = open_store(store)
+    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
+                           partitions=partitions, predicates=predicates, write_options=write_options,
+                           sort_by=sort_by, txn=_check_txn(txn), dry_run=dry_run)
+    if plan.dry_run or not plan.groups:
+        return plan
+    files = rewrite_groups(st, plan, max_workers=max_workers, progress=progress)
+    return finish_compaction(st, plan, files)[0]
 
 
 def _check_txn(txn: Any) -> tuple[str, int] | None:

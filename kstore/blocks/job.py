@@ -43,6 +43,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation, OperationKind
 from kstore.core.types import drop_stale_type_hints, merge_schemas
+from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
     CommitStateUnknownError,
     DatasetExistsError,
@@ -51,7 +52,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store
 
-__all__ = ["WriteMode", "WriteJob", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
+__all__ = ["WriteMode", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
            "delete_files", "as_columns"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
@@ -77,6 +78,8 @@ class WriteJob:
     txn: tuple[str, int] | None = None
     base_format: MetadataFormat | None = None
     head: Head | None = None
+    #: how workers encode the data files (validated on the client)
+    options: WriteOptions = DEFAULT_OPTIONS
 
     @property
     def creates(self) -> bool:
@@ -111,13 +114,18 @@ def prepare_write(
     metadata_format: MetadataFormat | None = None,
     txn: tuple[str, int] | None = None,
     must_exist: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> WriteJob:
     """Validate a write and load what it builds on (client side, before any file is written).
 
     ``mode``: ``"error"`` creates (an existing dataset is an error), ``"overwrite"`` replaces,
     ``"append"`` adds files, ``"overwrite_partitions"`` replaces the partition values the new
     data touches. Appending to a missing dataset creates it unless ``must_exist``.
+    ``write_options`` (:class:`~kstore.core.writer_options.WriteOptions` or a dict of its
+    fields) and ``sort_by`` say how the files are encoded; they are validated here.
     """
+    options = WriteOptions.of(write_options, sort_by=sort_by)
     naming.validate_name(dataset_uuid)
     naming.validate_name(table_name, "table name")
     as_choice(mode, _MODES, "mode")
@@ -146,7 +154,7 @@ def prepare_write(
                    base_schema=None, schema_mode=schema_mode,
                    delete_scope=scopes,
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
-                   head=head)
+                   head=head, options=options)
     if job.already_committed:
         return replace(job, partition_on=job.existing.partition_keys, index_columns=())
     if mode == "error" and base is not None:
@@ -181,6 +189,7 @@ def check_schema(job: WriteJob, sample: Any) -> pa.Schema:
     its normalized schema. Drivers call it on the client before workers start."""
     schema = table_schema(to_arrow(sample, dataset=job.dataset_uuid), partition_on=job.partition_on,
                           secondary_indices=job.index_columns, dataset=job.dataset_uuid)
+    job.options.check_columns(schema, job.partition_on, dataset=job.dataset_uuid)
     if job.base_schema is not None and not job.creates:
         merge_schemas(job.base_schema, schema, dataset=job.dataset_uuid, allow_new_columns=job.schema_mode == "merge")
     return schema

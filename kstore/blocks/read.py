@@ -138,7 +138,7 @@ def read_plan(
     plan: ReadPlan,
     columns: Sequence[str] | None = None,
     *,
-    max_workers: int = 8,
+    max_workers: int | None = None,
 ) -> pa.Table:
     """Read every task of a plan in parallel and concatenate (plan order)."""
     if not plan.tasks:
@@ -256,7 +256,7 @@ def nullable_columns(plan: ReadPlan, stats: pa.Table | None) -> frozenset[str]:
 
 
 def index_from_store(
-    store: Store, meta: Any, labels: Sequence[str], column: str, vtype: pa.DataType, *, max_workers: int = 8
+    store: Store, meta: Any, labels: Sequence[str], column: str, vtype: pa.DataType, *, max_workers: int | None = None
 ) -> Any:
     """Build the index of ``column`` over the given partitions by reading that one column."""
     from kstore.core.index import ColumnIndex

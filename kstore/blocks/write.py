@@ -32,6 +32,7 @@ from kstore.core.types import (
     storage_schema,
     with_pandas_metadata,
 )
+from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
@@ -47,6 +48,8 @@ __all__ = [
     "iter_tables",
     "table_schema",
     "split_partitions",
+    "split_rows",
+    "Split",
     "write_partitions",
     "delete_files",
     "write_index_file",
@@ -54,6 +57,8 @@ __all__ = [
     "write_common_metadata",
     "common_metadata_bytes",
     "PARQUET_OPTIONS",
+    "parquet_bytes",
+    "sort_rows",
 ]
 
 #: Parquet writer options for data files (kartothek 5.3 / pyarrow 6 can read them).
@@ -231,17 +236,45 @@ def table_schema(
     return with_pandas_metadata(norm, schema_pandas_metadata(table.schema))
 
 
-def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: str = "?") -> list[tuple[tuple[Any, ...], pa.Table]]:
-    """Group rows by the values of ``partition_on``: ``[(values, rows without those columns)]``.
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Rows grouped by partition values without copying data: group ``g`` holds the rows
+    ``order[starts[g]:starts[g + 1]]`` of ``data`` (the table without partition columns)."""
 
-    Vectorized: dictionary-encode each key column, combine codes, one stable argsort.
-    """
+    values: list[tuple[Any, ...]]
+    data: pa.Table
+    order: np.ndarray | None  # None: one group holding every row in input order
+    starts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def rows(self, g: int) -> int:
+        return int(self.starts[g + 1] - self.starts[g])
+
+    def table(self, g: int, sort_by: Sequence[str] = ()) -> pa.Table:
+        """Group ``g``'s rows (one ``take``, done by the worker that writes the group),
+        sorted by ``sort_by`` when given (the sort keys are gathered first, then every
+        column once in the final order)."""
+        idx = None if self.order is None else self.order[self.starts[g]:self.starts[g + 1]]
+        if sort_by and self.rows(g) > 1:
+            keys = self.data.select(list(sort_by))
+            if idx is not None:
+                keys = keys.take(pa.array(idx))
+            by = pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in sort_by]).to_numpy()
+            idx = by if idx is None else idx[by]
+        return self.data if idx is None else self.data.take(pa.array(idx))
+
+
+def split_rows(table: pa.Table, partition_on: Sequence[str], *, dataset: str = "?") -> Split:
+    """Group the rows of ``table`` by the values of ``partition_on`` (vectorized, no copy of
+    the data: dictionary-encode each key column, combine the codes, one stable radix sort of
+    small group ids; the rows are gathered later, per group, by :meth:`Split.table`)."""
     if not partition_on:
-        return [((), table)]
+        return Split([()], table, None, np.array([0, table.num_rows]))
     if table.num_rows == 0:
-        return []
+        return Split([], table.drop_columns(list(partition_on)), None, np.array([0]))
     codes = np.zeros(table.num_rows, dtype=np.int64)
-    dicts = []
     for col in partition_on:
         arr = table.column(col)
         if arr.null_count:
@@ -252,7 +285,6 @@ def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: s
         if pat.is_dictionary(arr.type):
             arr = arr.cast(arr.type.value_type)
         enc = arr.combine_chunks().dictionary_encode()
-        dicts.append(enc.dictionary)
         codes = codes * len(enc.dictionary) + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     # group ids are small and dense: count with bincount, order with a stable (radix) sort
     nbins = int(codes.max()) + 1 if len(codes) else 0
@@ -263,22 +295,28 @@ def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: s
         remap[present] = np.arange(len(present))
         inverse = remap[codes]
         counts = counts_all[present]
-        uniq = present
+        ngroups = len(present)
     else:
-        uniq, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
-    small = np.int16 if len(uniq) < (1 << 15) else (np.int32 if len(uniq) < (1 << 31) else np.int64)
-    order = np.argsort(inverse.astype(small), kind="stable")
+        _, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+        ngroups = len(counts)
     data = table.drop_columns(list(partition_on))
-    sorted_data = data.take(pa.array(order)) if len(uniq) > 1 else data
-    first_rows = order[np.concatenate(([0], np.cumsum(counts)[:-1]))]
-    out = []
-    start = 0
-    for g in range(len(uniq)):
-        row = int(first_rows[g])
-        values = tuple(table.column(c)[row].as_py() for c in partition_on)
-        out.append((values, sorted_data.slice(start, int(counts[g]))))
-        start += int(counts[g])
-    return out
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    if ngroups == 1:
+        order = None
+        first_rows = np.array([0])
+    else:
+        small = np.int16 if ngroups < (1 << 15) else (np.int32 if ngroups < (1 << 31) else np.int64)
+        order = np.argsort(inverse.astype(small), kind="stable")
+        first_rows = order[starts[:-1]]
+    keys = table.select(list(partition_on)).take(pa.array(first_rows)).to_pylist()
+    values = [tuple(k[c] for c in partition_on) for k in keys]
+    return Split(values, data, order, starts)
+
+
+def split_partitions(table: pa.Table, partition_on: Sequence[str], *, dataset: str = "?") -> list[tuple[tuple[Any, ...], pa.Table]]:
+    """Group rows by the values of ``partition_on``: ``[(values, rows without those columns)]``."""
+    split = split_rows(table, partition_on, dataset=dataset)
+    return [(split.values[g], split.table(g)) for g in range(len(split))]
 
 
 def _label_and_key(
@@ -294,6 +332,35 @@ def _label_and_key(
         raise LimitExceededError(f"dataset {dataset_uuid!r}: partition {dict(zip(partition_on, values))}: {exc}") from exc
 
 
+def sort_rows(data: pa.Table, sort_by: Sequence[str]) -> pa.Table:
+    """``data`` sorted by ``sort_by`` (ascending, nulls last; stable)."""
+    if not sort_by or data.num_rows < 2:
+        return data
+    keys = [(c, "ascending") for c in sort_by]
+    order = pc.sort_indices(data, sort_keys=keys)  # nulls at the end (Arrow's default)
+    return data.take(order)
+
+
+def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, presorted: bool = False) -> bytes:
+    """One data file's bytes: ``data`` encoded with ``options`` (sorted by ``options.sort_by``
+    first unless ``presorted``, the order recorded as the row groups' sorting columns)."""
+    sink = io.BytesIO()
+    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
+    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
+    data = data.replace_schema_metadata(file_schema.metadata)
+    kwargs = options.parquet_kwargs()
+    if options.sort_by:
+        if not presorted:
+            data = sort_rows(data, options.sort_by)
+        kwargs["sorting_columns"] = pq.SortingColumn.from_ordering(
+            data.schema, [(c, "ascending") for c in options.sort_by], null_placement="at_end")
+    if "bloom_filter_options" in kwargs:  # size each filter for the rows of one row group
+        ndv = max(1, min(data.num_rows, options.row_group_size or (1 << 20)))
+        kwargs["bloom_filter_options"] = {c: {"ndv": ndv} for c in kwargs["bloom_filter_options"]}
+    pq.write_table(data.combine_chunks(), sink, **kwargs)
+    return sink.getvalue()
+
+
 def _write_file(
     store: Store,
     label: str,
@@ -302,12 +369,10 @@ def _write_file(
     partition_on: Sequence[str],
     data: pa.Table,
     index_columns: Sequence[str],
+    options: WriteOptions = DEFAULT_OPTIONS,
+    presorted: bool = False,
 ) -> WrittenFile:
-    sink = io.BytesIO()
-    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
-    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
-    pq.write_table(data.replace_schema_metadata(file_schema.metadata).combine_chunks(), sink, **PARQUET_OPTIONS)
-    payload = sink.getvalue()
+    payload = parquet_bytes(data, options, presorted=presorted)
     store.put(key, payload)
     idx_values = {}
     for c in index_columns:
@@ -329,24 +394,29 @@ def write_partitions(
     index_columns: Sequence[str] = (),
     table_name: str = naming.DEFAULT_TABLE,
     file_id: str | None = None,
-    max_workers: int = 4,
+    max_workers: int | None = None,
+    options: WriteOptions | None = None,
 ) -> list[WrittenFile]:
     """Split ``table`` by ``partition_on`` and write one Parquet file per partition value.
 
     Files are written in parallel threads (Arrow releases the GIL while encoding). Returns
     one :class:`WrittenFile` per file; nothing is committed here.
     """
-    groups = split_partitions(table, partition_on, dataset=dataset_uuid)
+    split = split_rows(table, partition_on, dataset=dataset_uuid)
     # every key first: a partition value that cannot be a key fails before any file is written
-    named = [(_label_and_key(dataset_uuid, table_name, partition_on, v, file_id), t) for v, t in groups if t.num_rows > 0]
+    named = [(_label_and_key(dataset_uuid, table_name, partition_on, split.values[g], file_id), g)
+             for g in range(len(split)) if split.rows(g) > 0]
 
-    def work(item: tuple[tuple[str, str], pa.Table]) -> WrittenFile:
-        (label, key), data = item
-        return _write_file(store, label, key, table_name, partition_on, data, index_columns)
+    opts = options or DEFAULT_OPTIONS
+
+    def work(item: tuple[tuple[str, str], int]) -> WrittenFile:
+        (label, key), g = item  # the worker gathers its group's rows: parallel, one group at a time
+        return _write_file(store, label, key, table_name, partition_on, split.table(g, opts.sort_by),
+                           index_columns, opts, presorted=True)
 
     written: list[WrittenFile] = []
     try:
-        threads = pool_size(len(named), max_workers)
+        threads = pool_size(len(named), max_workers, cpu_bound=True)
         if threads <= 1:
             for item in named:
                 written.append(work(item))

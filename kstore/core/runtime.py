@@ -31,7 +31,29 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 __all__ = ["Runtime", "SystemRuntime", "FixedRuntime", "current", "install", "installed", "pool_size",
-           "parallel_map"]
+           "parallel_map", "cpu_threads", "THREADS_ENV"]
+
+#: environment variable that overrides the number of CPU threads kstore uses (``KSTORE_THREADS=4``)
+THREADS_ENV = "KSTORE_THREADS"
+
+
+def cpu_threads() -> int:
+    """CPUs this process may run on: ``KSTORE_THREADS`` if set, else the scheduler affinity
+    (``os.sched_getaffinity``: what a container or ``taskset`` allows), else ``os.cpu_count()``.
+
+    >>> cpu_threads() >= 1
+    True
+    """
+    env = os.environ.get(THREADS_ENV, "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 class Runtime:
@@ -137,24 +159,26 @@ def installed(runtime: Runtime) -> Iterator[Runtime]:
         install(previous)
 
 
-def pool_size(wanted: int, default: int | None = None) -> int:
-    """Threads for a pool with ``wanted`` tasks: at most ``default`` (or the machine's
-    CPU count x 2 for I/O-bound work), at most the runtime's ``max_threads``, at least 1."""
-    cap = default if default is not None else 2 * (os.cpu_count() or 2)
+def pool_size(wanted: int, default: int | None = None, *, cpu_bound: bool = False) -> int:
+    """Threads for a pool with ``wanted`` tasks: at most ``default`` (or, sized from the
+    machine, :func:`cpu_threads` for CPU-bound work such as encoding and decoding Parquet,
+    twice that for I/O-bound work), at most the runtime's ``max_threads``, at least 1."""
+    cap = default if default is not None else cpu_threads() * (1 if cpu_bound else 2)
     limit = current().max_threads
     if limit is not None:
         cap = min(cap, limit)
     return max(1, min(wanted, cap))
 
 
-def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, max_workers: int | None = None) -> list[R]:
+def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, max_workers: int | None = None,
+                 cpu_bound: bool = False) -> list[R]:
     """``[fn(x) for x in items]`` on a thread pool (in order); inline when one thread serves.
 
     >>> parallel_map(lambda x: x * 2, [1, 2, 3], max_workers=2)
     [2, 4, 6]
     """
     items = list(items)
-    n = pool_size(len(items), max_workers)
+    n = pool_size(len(items), max_workers, cpu_bound=cpu_bound)
     if n <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(n) as pool:

@@ -38,12 +38,13 @@ from kstore.io.store import StoreLike  # noqa: E402
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
 from kstore.spark.types import arrow_schema, spark_schema  # noqa: E402
-from kstore.spark.writer import store_dataset, update_dataset  # noqa: E402
+from kstore.spark.writer import compact, store_dataset, update_dataset  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "compact",
     "store_dataset",
     "update_dataset",
     "read_dataset",

@@ -12,7 +12,11 @@ Write options: ``dataset_uuid`` (required), ``partition_on`` and ``secondary_ind
 (comma-separated), ``write_mode`` (``error`` / ``append`` / ``overwrite`` /
 ``overwrite_partitions``; default: Spark's ``overwrite`` or ``append``, which creates a
 missing dataset), ``schema_mode`` (``strict`` / ``merge``), ``table``, ``metadata``
-(JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``.
+(JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``, and the
+file encoding (:class:`kstore.WriteOptions`): ``compression``, ``compression_level``,
+``row_group_size``, ``data_page_size``, ``write_page_index`` (``true``/``false``),
+``bloom_filters``, ``use_dictionary`` (``true``/``false`` or columns) and ``sort_by``
+(comma-separated columns: rows sorted inside every file).
 
 Read options: ``dataset_uuid`` (required), ``version`` or ``as_of`` (ISO timestamp;
 naive = UTC) for time travel (Delta's ``versionAsOf`` / ``timestampAsOf`` are accepted
@@ -66,6 +70,7 @@ from pyspark.sql.types import StructType
 from kstore.blocks.write import WrittenFile
 from kstore.core.naming import DEFAULT_TABLE, MetadataFormat
 from kstore.core.predicates import Term
+from kstore.core.writer_options import WriteOptions
 from kstore.errors import InvalidArgumentError
 from kstore.spark.reader import (
     WRITE_OPTIONS,
@@ -239,6 +244,7 @@ class KstoreDataSource(DataSource):
             schema_mode=cast(Literal["strict", "merge"], opts.get("schema_mode") or "strict"),
             txn=_txn(opts.get("txn")),
             chunk_bytes=int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
+            write_options=WriteOptions.from_text(opts),
         )
         return KstoreWriter(job)
 

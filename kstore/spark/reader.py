@@ -66,7 +66,10 @@ READ_OPTIONS = ("path", "store", "dataset_uuid", "version", "as_of", "columns", 
                 "partition_bytes", "min_partitions")
 #: Write options of the ``kstore`` data source.
 WRITE_OPTIONS = ("path", "store", "dataset_uuid", "partition_on", "secondary_indices", "write_mode", "schema_mode",
-                 "table", "metadata", "metadata_format", "txn", "chunk_bytes")
+                 "table", "metadata", "metadata_format", "txn", "chunk_bytes",
+                 # kstore.core.writer_options.WriteOptions fields
+                 "compression", "compression_level", "row_group_size", "data_page_size", "write_page_index",
+                 "bloom_filters", "use_dictionary", "sort_by")
 #: Delta Lake's time-travel option names, accepted as aliases (Spark lower-cases option names).
 OPTION_ALIASES = {"versionasof": "version", "timestampasof": "as_of"}
 #: PySpark builds a pushed decimal literal in Python's default 28-digit context, so a literal

@@ -30,6 +30,17 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from kstore.blocks import load
+from kstore.blocks.compact import (
+    DEFAULT_TARGET_FILE_SIZE,
+    CompactionGroup,
+    CompactionPlan,
+    delete_by_token,
+    finish_compaction,
+    plan_compaction,
+    rewrite_group,
+    task_file_id,
+    worker_plan,
+)
 from kstore.blocks.job import WriteJob as CoreJob
 from kstore.blocks.job import check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
@@ -38,6 +49,7 @@ from kstore.blocks.write import WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -60,6 +72,7 @@ __all__ = [
     "update_dataset",
     "spark_store_factory",
     "DEFAULT_CHUNK_BYTES",
+    "compact",
 ]
 
 WriteMode = Literal["error", "append", "overwrite", "overwrite_partitions"]
@@ -226,6 +239,8 @@ def prepare_write(
     schema_mode: Literal["strict", "merge"] = "strict",
     txn: tuple[str, int] | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> WriteJob:
     """Check a write against the store and the Spark schema; nothing is written.
 
@@ -246,7 +261,8 @@ def prepare_write(
     core = prepare_core(factory(), dataset_uuid, mode=mode, partition_on=_as_tuple(partition_on, "partition_on"),
                         secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name, schema_mode=schema_mode,
                         delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format, txn=txn,
-                        must_exist=require_existing)
+                        must_exist=require_existing, write_options=write_options,
+                        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None)
     if core.base_schema is not None and not core.creates:
         file_schema = _tz_like_base(file_schema, core.base_schema)
     schema = check_schema(core, file_schema.empty_table())
@@ -290,7 +306,8 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
     try:
         for table in _chunks(batches, job.file_schema, job.chunk_bytes):
             files = write_partitions(store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                     index_columns=job.index_columns, table_name=job.table_name)
+                                     index_columns=job.index_columns, table_name=job.table_name,
+                                     options=job.core.options)
             written.extend(files)
             yield files
     except BaseException:
@@ -365,6 +382,8 @@ def store_dataset(
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Write a Spark DataFrame as a kstore dataset: executors write, the driver commits once.
 
@@ -394,6 +413,9 @@ def store_dataset(
     txn
         ``(app_id, version)``: a retry of an already committed write commits nothing and
         returns the committed metadata (idempotent jobs).
+    write_options, sort_by
+        As in :func:`kstore.store_dataset`: how files are encoded, and the columns rows
+        are sorted by inside each file (each executor sorts its own files).
 
     Returns
     -------
@@ -411,7 +433,7 @@ def store_dataset(
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, partition_on=partition_on,
                         secondary_indices=secondary_indices, metadata=metadata,
                         metadata_format=metadata_format, table_name=table_name, schema_mode=schema_mode,
-                        txn=txn, chunk_bytes=chunk_bytes)
+                        txn=txn, chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
     return _run(df, job, shuffle)
 
 
@@ -429,6 +451,8 @@ def update_dataset(
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
 ) -> DatasetMetadata:
     """Append ``df`` to an existing dataset and/or delete partitions, in one commit.
 
@@ -452,7 +476,7 @@ def update_dataset(
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, require_existing=True,
                         partition_on=partition_on, secondary_indices=secondary_indices,
                         delete_scope=delete_scope, metadata=metadata, schema_mode=schema_mode, txn=txn,
-                        chunk_bytes=chunk_bytes)
+                        chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
     return _run(df, job, shuffle)
 
 
@@ -463,3 +487,58 @@ def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequ
                         txn=txn, must_exist=True)
     resolve_scope(core.existing, core.base_schema, list(delete_scope))
     return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)
+
+
+class _RewriteGroups:
+    """The executor function of :func:`compact`: rewrite each (number, group) it gets."""
+
+    def __init__(self, factory: Callable[[], Store], plan: CompactionPlan, token: str) -> None:
+        self.factory, self.plan, self.token = factory, plan, token
+
+    def __call__(self, items: Iterable[tuple[int, CompactionGroup]]) -> Iterator[bytes]:
+        store = self.factory()
+        for number, group in items:
+            files = rewrite_group(store, self.plan, group, file_id=task_file_id(self.token, number))
+            yield pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def compact(
+    spark: Any,
+    store: StoreLike,
+    dataset_uuid: str,
+    *,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    min_files: int = 2,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    predicates: Any = None,
+    dry_run: bool = False,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> CompactionPlan:
+    """:func:`kstore.compact` with the rewriting on Spark executors (the groups of files
+    are spread over the session's default parallelism) and ONE commit on the driver.
+
+    ``store`` must be reachable from the executors (a path or URL, not ``memory://``). If
+    the job fails, nothing is committed and the files its tasks wrote are deleted.
+    """
+    import uuid as _uuid
+
+    factory = spark_store_factory(store)
+    st = factory()
+    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
+                           partitions=partitions, predicates=predicates, write_options=write_options,
+                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    if plan.dry_run or not plan.groups:
+        return plan
+    token = _uuid.uuid4().hex[:8]
+    items = list(enumerate(plan.groups))
+    slices = max(1, min(len(items), spark.sparkContext.defaultParallelism * 2))
+    try:
+        payloads = (spark.sparkContext.parallelize(items, slices)
+                    .mapPartitions(_RewriteGroups(factory, worker_plan(plan), token)).collect())
+    except BaseException:
+        delete_by_token(st, plan, token)
+        raise
+    files = [f for p in payloads for f in pickle.loads(p)]
+    return finish_compaction(st, plan, files)[0]

@@ -283,6 +283,58 @@ def test_datasource_write_round_trips(spark, store):
     assert_rows_equal(back.collect(), df.collect())
 
 
+def test_write_options_reach_the_files(spark, store):
+    import io
+
+    import pyarrow.parquet as pq
+
+    rows = [(k % 3, (k * 7919) % 100, float(k)) for k in range(600)]
+    df = spark.createDataFrame(rows, "p long, location long, x double")
+    (df.write.format("kstore").option("dataset_uuid", "opts").option("partition_on", "p")
+       .option("compression", "zstd").option("row_group_size", "50").option("sort_by", "location")
+       .option("write_page_index", "true").mode("overwrite").save(store))
+    ks.store_dataset(df, store, "opts2", partition_on=["p"], write_options={"compression": "gzip"},
+                     sort_by=["location"], mode="overwrite")
+    for uuid, codec in (("opts", "ZSTD"), ("opts2", "GZIP")):
+        meta = kstore.load_metadata(store, uuid)
+        st = kstore.open_store(store)
+        for files in meta.partitions.values():
+            pf = pq.ParquetFile(io.BytesIO(st.get(files[meta.table])))
+            assert pf.metadata.row_group(0).column(0).compression == codec
+            loc = pf.read(columns=["location"]).column("location").to_pylist()
+            assert loc == sorted(loc)
+            if uuid == "opts":
+                assert all(pf.metadata.row_group(i).num_rows <= 50 for i in range(pf.metadata.num_row_groups))
+                assert pf.metadata.row_group(0).column(0).has_column_index
+        assert sorted(ks.read_dataset(spark, store, uuid).collect()) == sorted(df.collect())
+    with pytest.raises(Exception, match="compression"):
+        (df.write.format("kstore").option("dataset_uuid", "opts3").option("compression", "zip")
+           .mode("overwrite").save(store))
+    with pytest.raises(InvalidArgumentError, match="row_group_size"):
+        ks.store_dataset(df, store, "opts4", write_options={"row_group_size": -1})
+    assert not any(k.startswith(("opts3", "opts4")) for k in kstore.open_store(store).iter_prefix(""))
+
+
+def test_compact_on_executors_commits_once(spark, store):
+    import pandas as pd
+
+    frames = [pd.DataFrame({"p": [k % 2, (k + 1) % 2], "id": [2 * k, 2 * k + 1], "x": [k % 5, k % 7]})
+              for k in range(30)]
+    kstore.store_dataset(store, "cmp", iter(frames), partition_on="p", secondary_indices=["x"])
+    version = kstore.load_metadata(store, "cmp").version
+    plan = ks.compact(spark, store, "cmp", dry_run=True)
+    assert (plan.files_in, plan.files_out, plan.committed) == (60, 2, None)
+    assert kstore.load_metadata(store, "cmp").version == version
+    done = ks.compact(spark, store, "cmp")
+    assert (done.files_in, done.files_out, done.committed) == (60, 2, version + 1)
+    meta = kstore.load_metadata(store, "cmp")
+    assert len(meta.partitions) == 2
+    back = kstore.read_dataset(store, "cmp").sort_values("id")
+    assert back["id"].tolist() == list(range(60))
+    assert sorted(kstore.read_dataset(store, "cmp", predicates=[[("x", "==", 3)]])["id"]) == sorted(
+        i for f in frames for i, x in zip(f["id"], f["x"]) if x == 3)
+
+
 def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, berlin):
     instants = [dt.datetime(2024, 10, 27, 0, 30, tzinfo=UTC) + timedelta(minutes=30 * k) for k in range(8)]
     df = spark.createDataFrame([(k, ts, ts.replace(tzinfo=None)) for k, ts in enumerate(instants)],

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     make = store_factory(args.store)
     faults: Counter = Counter()
     outcomes: Counter = Counter()
+    committed: Counter = Counter()
     longest = (0, None)
     versions = reads = 0
     t0 = time.perf_counter()
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         faults.update(stats.faults)
         outcomes.update(stats.outcomes)
+        committed.update(stats.committed)
         versions += stats.versions
         reads += stats.reads_checked
         if stats.steps > longest[0]:
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.schedules} schedules ({args.store}, {args.mode}) in {time.perf_counter() - t0:.0f} s, 0 violations")
     print(f"faults injected: {dict(sorted(faults.items()))} (total {sum(faults.values())})")
     print(f"operations: {dict(sorted(outcomes.items()))}; versions committed: {versions}; reads checked: {reads}")
+    print(f"versions by operation: {dict(sorted(committed.items()))}")
     print(f"longest schedule: {longest[0]} steps (seed {longest[1]})")
     return 0
 

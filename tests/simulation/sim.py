@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -76,6 +77,7 @@ class Config:
     ops_per_writer: int = 3
     gc_runs: int = 2
     reads: int = 3
+    compactions: int = 2  # kstore.compact runs by a compactor actor beside the writers
     fault_rate: float = 0.04
     kill_rate: float = 0.01
     create_concurrently: bool = False  # no dataset at the start: writers race to create it
@@ -92,6 +94,7 @@ class Stats:
     outcomes: Counter = field(default_factory=Counter)
     versions: int = 0
     reads_checked: int = 0
+    committed: Counter = field(default_factory=Counter)  # versions by operation kind
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,7 +269,7 @@ Rows = frozenset  # of (rid, p, x)
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices
+    kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices | compact
     tag: tuple[str, int]
     rows: tuple[tuple[int, str, int], ...] = ()
     partition: str | None = None
@@ -375,6 +378,7 @@ class Observer:
         txn = tuple(entry["txn"]) if entry.get("txn") else None
         self.tags[v] = txn
         operation = entry.get("operation")
+        self.sched.stats.committed[operation] += 1
         if v > 0 and v - 1 not in self.snapshots:
             self.fail(f"version {v} appeared but version {v - 1} was never seen")
         before = self.snapshots.get(v - 1) if v > 0 else None
@@ -504,6 +508,17 @@ class Simulation:
             self.observer.ops[tag] = op
         return ops
 
+    def _plan_compactor(self) -> list[tuple[Op, int]]:
+        """The compactor's operations (its own random stream: the writers' plans stay as
+        they were before compaction joined the simulation)."""
+        rng = random.Random(self.seed * 11 + 5)
+        ops = []
+        for j in range(self.config.compactions):
+            op = Op("compact", ("c", j + 1))
+            ops.append((op, rng.choice([0, 0, 1])))
+            self.observer.ops[op.tag] = op
+        return ops
+
     def _run_op(self, st: SimStore, op: Op) -> Any:
         if op.kind == "create":
             return kstore.store_dataset(st, UUID, frame(op.rows), partition_on="p", secondary_indices="x", txn=op.tag)
@@ -515,6 +530,9 @@ class Simulation:
             return kstore.update_dataset(st, UUID, delete_scope=[{"p": op.partition}], txn=op.tag)
         if op.kind == "delete_rows":
             return kstore.delete_rows(st, UUID, [[("x", "==", op.x)]], txn=op.tag)
+        if op.kind == "compact":
+            done = kstore.compact(st, UUID, txn=op.tag)  # no store call after it returns
+            return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
 
     def _writer(self, name: str, plan: list[tuple[Op, int]]) -> None:
@@ -621,13 +639,17 @@ class Simulation:
             if not self.config.create_concurrently:
                 init = Op("create", ("init", 1), rows=self._rows(4))
                 self.observer.ops[init.tag] = init
-                kstore.store_dataset(self.raw, UUID, frame(init.rows), partition_on="p", secondary_indices="x",
-                                     txn=init.tag)
+                # two chunks: two files in some partitions, so the compactor has work from the start
+                kstore.store_dataset(self.raw, UUID, iter([frame(init.rows[:2]), frame(init.rows[2:])]),
+                                     partition_on="p", secondary_indices="x", txn=init.tag)
             self.observer.check()
             actors: dict[str, Callable[[], None]] = {}
             for w in range(self.config.writers):
                 plan = self._plan_writer(w)
                 actors[f"w{w}"] = lambda n=f"w{w}", p=plan: self._writer(n, p)
+            if self.config.compactions:
+                compactor = self._plan_compactor()
+                actors["c"] = lambda: self._writer("c", compactor)
             actors["gc"] = lambda: self._gc("gc")
             actors["r"] = lambda: self._reader("r")
             threads = []
@@ -727,4 +749,4 @@ class Simulation:
 
 def _noop(op: Op, obs: Observer) -> bool:
     """Operations that may legitimately commit nothing (a delete that matched no row)."""
-    return op.kind in ("delete_scope", "delete_rows")
+    return op.kind in ("delete_scope", "delete_rows", "compact")
