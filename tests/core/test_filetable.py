@@ -1,0 +1,122 @@
+"""The columnar file table and commit actions of format 2 (kstore.core.filetable)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kstore.core.filetable import Actions, FileTable
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.stats import FileStats, stats_table
+from kstore.errors import CorruptMetadataError
+
+LABELS = st.text(alphabet="ab=/1%", min_size=1, max_size=5)
+
+
+def files(labels: list[str], tag: str) -> dict[str, dict[str, str]]:
+    return {lab: {"table": f"d/table/{lab}/{tag}.parquet"} for lab in labels}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(LABELS, max_size=4, unique=True), st.lists(st.integers(0, 20), max_size=3)),
+                max_size=8))
+def test_replaying_actions_equals_the_mapping_model(steps):
+    """Adds and removes replayed on columns give kartothek's label -> files mapping."""
+    model = DatasetMetadata.new("d")
+    ft = FileTable()
+    for n, (added, remove_at) in enumerate(steps):
+        current = list(model.partitions)
+        remove = tuple(dict.fromkeys(current[i] for i in remove_at if i < len(current)))
+        add = {lab: f for lab, f in files(added, f"v{n}").items() if lab not in current or lab in remove}
+        model = model.with_partitions(add, removed=remove)
+        ft = ft.apply(Actions(add=FileTable.from_partitions(add).table, remove=remove))
+        assert ft.partitions() == {k: dict(v) for k, v in model.partitions.items()}
+        assert len(ft) == len(model.partitions)
+
+
+def _typed_stats() -> tuple[pa.Schema, pa.Table]:
+    schema = pa.schema([("d", pa.decimal128(38, 10)), ("t", pa.timestamp("us", "UTC")), ("b", pa.binary()),
+                        ("day", pa.date32()), ("s", pa.string())])
+    big = Decimal("123456789012345678901234567.0123456789")
+    utc = dt.timezone.utc
+    stats = [
+        FileStats(3, 100, {"d": (-big, big, 0), "t": (dt.datetime(1, 1, 1, tzinfo=utc), dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc), 1),
+                           "b": (b"\x00\xff", b"\xff", 0), "day": (dt.date(1, 1, 1), dt.date(9999, 12, 31), 0),
+                           "s": ("ä/", "日本", 2)}),
+        FileStats(1, 7, {"d": (None, None, 1), "t": (None, None, 1), "b": (None, None, 1), "day": (None, None, 1),
+                         "s": (None, None, 1)}),
+    ]
+    return schema, stats_table(["p=1/a", "p=2/b"], stats, schema)
+
+
+def test_actions_round_trip_through_json_with_exact_types():
+    _, stats = _typed_stats()
+    add = FileTable.from_partitions(files(["p=1/a", "p=2/b"], "x"), stats).table
+    actions = Actions(add=add, remove=("p=0/z",), set={"metadata": {"n": 1}})
+    back = Actions.decode(json.loads(json.dumps(actions.encode())), where="version 3")
+    assert back.add is not None and back.add.equals(add)
+    assert back.add.schema.equals(add.schema)
+    assert back.remove == ("p=0/z",) and dict(back.set) == {"metadata": {"n": 1}}
+
+
+def test_statistics_survive_the_file_table():
+    _, stats = _typed_stats()
+    ft = FileTable.from_partitions({"p=2/b": {"table": "k2"}, "p=1/a": {"table": "k1"}}, stats)
+    assert ft.table.column("key").to_pylist() == ["k2", "k1"]  # the metadata's order
+    got = ft.stats().sort_by("label")
+    assert got.equals(stats.sort_by("label"))
+
+
+def test_a_one_file_append_encodes_in_constant_size():
+    """Format 2's point: a commit's bytes do not grow with the dataset."""
+    _, stats = _typed_stats()
+    one = FileTable.from_partitions(files(["p=9/new"], "x"), stats.slice(0, 1).set_column(
+        0, "label", pa.array(["p=9/new"]))).table
+    sizes = []
+    for n in (10, 10_000):
+        base = FileTable.from_partitions(files([f"p={i}/f" for i in range(n)], "x"))
+        after = base.apply(Actions(add=one))
+        assert len(after) == n + 1
+        sizes.append(len(json.dumps(Actions(add=one).encode())))
+    assert sizes[0] == sizes[1] < 8192
+
+
+@pytest.mark.parametrize("raw, match", [
+    ([], "must be a mapping"),
+    ({"remove": "p=1"}, "remove must be a list"),
+    ({"remove": [1]}, "remove must be a list"),
+    ({"set": []}, "set must be a mapping"),
+    ({"add": 5}, "base64 text"),
+    ({"add": "not base64!"}, "not an Arrow IPC stream"),
+    ({"add": "AAAA"}, "not an Arrow IPC stream"),
+])
+def test_damaged_actions_are_named(raw, match):
+    with pytest.raises(CorruptMetadataError, match=f"version 7: actions.*{match}|version 7: {match}"):
+        Actions.decode(raw, where="version 7")
+
+
+def test_actions_with_wrong_columns_are_damage():
+    wrong = Actions(add=pa.table({"key": ["a"], "label": ["b"], "table": ["t"]}))
+    with pytest.raises(CorruptMetadataError, match="label, table, key"):
+        Actions.decode(wrong.encode(), where="v")
+    nulls = Actions(add=pa.table({"label": [None], "table": ["t"], "key": ["k"]},
+                                 schema=pa.schema([("label", pa.string()), ("table", pa.string()), ("key", pa.string())])))
+    with pytest.raises(CorruptMetadataError, match="null"):
+        Actions.decode(nulls.encode(), where="v")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["add", "remove", "set", "x"]), inner, max_size=4), max_leaves=12))
+def test_decoding_junk_raises_only_corrupt_metadata(raw):
+    try:
+        Actions.decode(raw, where="v")
+    except CorruptMetadataError:
+        pass
