@@ -48,8 +48,11 @@ def budget(default: int) -> int:
 
 
 def fuzz_settings(default: int) -> settings:
+    """Fixed examples in CI (reproducible runs, also in the damaged-file subprocesses, which
+    do not load conftest.py); new ones elsewhere, or with a larger ``KSTORE_FUZZ_EXAMPLES``."""
+    fixed = bool(os.environ.get("CI")) and os.environ.get("HYPOTHESIS_PROFILE") != "explore"
     return settings(max_examples=budget(default), deadline=None, suppress_health_check=list(HealthCheck),
-                    print_blob=True)
+                    print_blob=True, derandomize=fixed)
 
 
 # -- hostile values -------------------------------------------------------------------------------
