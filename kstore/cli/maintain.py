@@ -1,14 +1,29 @@
 """Commands that change a store: gc, delete (destructive: --dry-run / --yes), copy,
-build-indices, upgrade."""
+compact, build-indices, upgrade."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
-from kstore.cli._common import ProgressStore, UserError, confirm_or_refuse, emit_json, log, progress
+from kstore.cli._common import (
+    ProgressStore,
+    UserError,
+    WhereCommand,
+    confirm_or_refuse,
+    emit_json,
+    log,
+    parse_where,
+    progress,
+    where_options,
+)
+
+if TYPE_CHECKING:
+    from kstore.blocks.compact import CompactionPlan
 
 
 class RetentionDays(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -130,6 +145,49 @@ def copy(store: str, dataset: str, target: str | None, new_name: str | None) -> 
                + (f" in {target}" if target is not None else "") + f", version {copied.version}")
 
 
+@click.command("compact", cls=WhereCommand)
+@click.argument("store")
+@click.argument("dataset")
+@click.option("--target-mb", type=click.FloatRange(min=0, min_open=True), default=128.0, show_default=True,
+              help="Target size of the merged files, in MiB.")
+@click.option("--min-files", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Leave partitions with fewer small files than this alone.")
+@click.option("--sort-by", "sort_by", multiple=True, metavar="COLUMN", help="Sort rows in the new files (clustering).")
+@click.option("--dry-run", is_flag=True, help="Only show which files would be merged.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan or result as JSON.")
+@where_options
+def compact(store: str, dataset: str, target_mb: float, min_files: int, sort_by: tuple[str, ...], dry_run: bool,
+            as_json: bool, where: tuple[str, ...], or_: bool) -> None:
+    """Merge the small files of each partition of DATASET into files of up to --target-mb,
+    in one commit (concurrent appends are kept; replaced files stay until gc). --where
+    limits it to the files a predicate plans (e.g. --where 'day >= 2024-01-01')."""
+    import kstore
+
+    predicates = parse_where(where)
+    def run(dry: bool, advance: Callable[[], None] | None = None) -> CompactionPlan:
+        return kstore.compact(store, dataset, target_file_size=int(target_mb * 2**20), min_files=min_files,
+                              predicates=predicates, sort_by=list(sort_by) or None, dry_run=dry,
+                              progress=(lambda done, total: advance()) if advance is not None else None)
+
+    plan = run(True)
+    if not dry_run and plan.groups:
+        with progress(f"compact {dataset}", len(plan.groups)) as advance:
+            plan = run(False, advance)
+    log.info("compact %s: %d files -> %d", dataset, plan.files_in, plan.files_out)
+    if as_json:
+        emit_json({"dataset": dataset, "dry_run": dry_run, "version": plan.committed, "files_in": plan.files_in,
+                   "files_out": plan.files_out, "bytes_in": plan.bytes_in, "rows": plan.rows,
+                   "partitions": plan.partitions})
+        return
+    if not plan.groups:
+        click.echo(f"nothing to compact in dataset {dataset!r} (no partition has {min_files} files under "
+                   f"{target_mb:g} MiB)")
+        return
+    verb = "would merge" if dry_run else "merged"
+    click.echo(f"{verb} {plan.files_in} files into {plan.files_out} in {len(plan.partitions)} partition(s)"
+               + ("" if dry_run else f": version {plan.committed}"))
+
+
 @click.command("build-indices")
 @click.argument("store")
 @click.argument("dataset")
@@ -153,4 +211,4 @@ def upgrade(store: str, dataset: str) -> None:
     click.echo(f"dataset {meta.uuid!r} is at version {meta.version}")
 
 
-__all__ = ["gc", "delete", "copy", "build_indices", "upgrade", "RetentionDays"]
+__all__ = ["gc", "delete", "copy", "compact", "build_indices", "upgrade", "RetentionDays"]

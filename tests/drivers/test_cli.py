@@ -278,3 +278,24 @@ def test_console_script_is_installed():
     script = Path(sys.executable).with_name("kstore")
     res = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.startswith("kstore ")
+
+
+def test_compact_dry_run_then_merge(tmp_path):
+    url = str(tmp_path / "st")
+    for i in range(4):
+        df = pd.DataFrame({"p": [1, 2], "x": [i, 10 + i]})
+        (kstore.update_dataset(url, "c", df) if i else kstore.store_dataset(url, "c", df, partition_on=["p"]))
+    before = kstore.load_metadata(url, "c")
+    res = invoke("compact", url, "c", "--dry-run", "--json")
+    got = json.loads(res.output)
+    assert got["dry_run"] and got["files_in"] == 8 and got["files_out"] == 2 and got["version"] is None
+    assert kstore.load_metadata(url, "c").version == before.version  # nothing committed
+    res = invoke("compact", url, "c", "--where", "p == 1")
+    assert res.exit_code == 0 and "merged 4 files into 1 in 1 partition(s): version 4" in res.output
+    after = kstore.load_metadata(url, "c")
+    assert len(after.partitions) == 5  # p=1 merged, p=2 untouched
+    assert sorted(kstore.read_dataset(url, "c")["x"]) == sorted([0, 1, 2, 3, 10, 11, 12, 13])
+    res = invoke("compact", url, "c", "--where", "p == 1")
+    assert "nothing to compact" in res.output
+    bad = CliRunner().invoke(cli, ["compact", url, "c", "--where", "p"])
+    assert bad.exit_code == 1 and "column op value" in bad.output
