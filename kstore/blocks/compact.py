@@ -125,6 +125,12 @@ class CompactionPlan:
         seen = dict.fromkeys(g.partition for g in self.groups)
         return [dict(p) for p in seen]
 
+    def __repr__(self) -> str:
+        state = "dry run" if self.dry_run else (f"committed version {self.committed}" if self.committed is not None
+                                                else "not committed")
+        return (f"CompactionPlan(dataset={self.dataset_uuid!r}, version={self.version}, files {self.files_in} -> "
+                f"{self.files_out} in {len(self.partitions)} partition(s), {state})")
+
     def explain(self) -> str:
         head = (f"{'dry run: ' if self.dry_run else ''}dataset {self.dataset_uuid!r} version {self.version}: "
                 f"{self.files_in} files ({self.bytes_in} bytes, {self.rows} rows) in {len(self.partitions)} "

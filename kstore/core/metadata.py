@@ -100,6 +100,12 @@ class DatasetMetadata:
     orphan_cutoff_ms: int | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
+    def __repr__(self) -> str:
+        keys = f", partition_keys={list(self.partition_keys)}" if self.partition_keys else ""
+        idx = tuple(dict.fromkeys((*self.indices, *self.inline_indices)))
+        return (f"DatasetMetadata(uuid={self.uuid!r}, version={self.version}, partitions={len(self.partitions)}"
+                f"{keys}, indices={list(idx)}, tables={list(self.tables)})")
+
     def __reduce__(self) -> tuple[Callable[[dict[str, Any]], DatasetMetadata], tuple[dict[str, Any]]]:
         """Pickle as plain dicts (mapping proxies do not pickle): for Dask/Spark workers."""
         state = {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}

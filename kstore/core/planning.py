@@ -87,6 +87,12 @@ class ReadPlan:
     def keys(self) -> tuple[str, ...]:
         return tuple(t.key for t in self.tasks)
 
+    def __repr__(self) -> str:
+        preds = "None" if self.predicates is None else f"{sum(len(c) for c in self.predicates)} term(s)"
+        return (f"ReadPlan(dataset={self.dataset_uuid!r}, version={self.version}, files={len(self.tasks)} of "
+                f"{self.n_partitions}, columns={len(self.columns)}, predicates={preds}, "
+                f"store_calls={self.store_calls})")
+
     def explain(self) -> str:
         lines = [
             f"dataset {self.dataset_uuid!r}"

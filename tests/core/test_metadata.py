@@ -452,3 +452,11 @@ def test_a_kstore_version_that_is_not_a_count_is_damage(version):
     raw = {**GOOD, "kstore": {"format": 1, "version": version}}
     with pytest.raises(CorruptMetadataError, match=r"dataset 'ds': kstore version must be an int >= 0"):
         DatasetMetadata.from_dict(raw, expected_uuid="ds")
+
+
+def test_repr_is_one_readable_line():
+    parts = {f"p={i}/f{i}": {"table": f"ds/table/p={i}/f{i}.parquet"} for i in range(5000)}
+    meta = DatasetMetadata.new("ds", partition_keys=("p",)).with_partitions(parts).evolve(
+        version=3, indices={"loc": "ds/indices/loc/x.by-dataset-index.parquet"})
+    text = repr(meta)
+    assert text == "DatasetMetadata(uuid='ds', version=3, partitions=5000, partition_keys=['p'], indices=['loc'], tables=['table'])"
