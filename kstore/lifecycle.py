@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow.compute as pc
 
 from kstore.blocks import load
@@ -238,9 +239,45 @@ def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:
     return mask
 
 
-def history(store: StoreLike, dataset_uuid: str) -> list[HistoryEntry]:
-    """Retained versions, oldest first: version, timestamp, operation, partitions added/removed, rows, writer."""
-    return _history(open_store(store), dataset_uuid)
+@overload
+def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
+            as_frame: Literal[False] = False) -> list[HistoryEntry]: ...
+
+
+@overload
+def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
+            as_frame: Literal[True]) -> pd.DataFrame: ...
+
+
+def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
+            as_frame: bool = False) -> list[HistoryEntry] | pd.DataFrame:
+    """Retained versions, oldest first: version, timestamp, operation, partitions
+    added/removed, rows, writer, txn, info. ``limit=n`` gives the newest ``n`` (and reads
+    only their log entries); ``as_frame=True`` gives a pandas DataFrame, one row per version.
+
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://hist-doc", "d", pd.DataFrame({"x": [1]}))
+    >>> _ = kstore.update_dataset("memory://hist-doc", "d", pd.DataFrame({"x": [2, 3]}))
+    >>> kstore.history("memory://hist-doc", "d", as_frame=True)[["version", "operation", "rows_added"]]
+       version operation  rows_added
+    0        0    create           1
+    1        1    append           2
+    >>> [h.version for h in kstore.history("memory://hist-doc", "d", limit=1)]
+    [1]
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidArgumentError(f"limit must be an int >= 1, got {limit!r}")
+    entries = _history(open_store(store), dataset_uuid, limit)
+    if not as_bool(as_frame, "as_frame"):
+        return entries
+    import pandas as pd
+
+    columns = ["version", "parent", "timestamp", "operation", "rows_added", "added", "removed", "n_partitions",
+               "writer", "txn", "info"]
+    rows = [{"version": e.version, "parent": e.parent, "timestamp": e.timestamp, "operation": e.operation,
+             "rows_added": e.rows_added, "added": len(e.added), "removed": len(e.removed),
+             "n_partitions": e.n_partitions, "writer": e.writer, "txn": e.txn, "info": e.info} for e in entries]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int) -> Diff:

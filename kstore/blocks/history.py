@@ -8,6 +8,7 @@ from typing import Any
 
 from kstore.blocks import load
 from kstore.core.log import LogEntry
+from kstore.core.runtime import parallel_map
 from kstore.errors import DatasetNotFoundError, InvalidArgumentError, VersionNotFoundError
 from kstore.io.store import Store
 
@@ -53,29 +54,46 @@ def _entries(store: Store, dataset_uuid: str) -> list[LogEntry]:
     return out
 
 
-def history(store: Store, dataset_uuid: str) -> list[HistoryEntry]:
-    """All retained versions of the dataset as it exists now, oldest first.
+def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[HistoryEntry]:
+    """The retained versions of the dataset as it exists now, oldest first (only the newest
+    ``limit`` of them when given: then only their log entries are read).
 
     Expired versions (tombstones) are left out; so is everything before the dataset was
-    last deleted. A dataset kartothek wrote (no log) has no history: ``[]``.
+    last deleted. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
+    of the log and 1 get per entry read (newest first, in parallel batches).
     """
     head = load.load_head(store, dataset_uuid)
     if head.meta is None:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
-    out: list[HistoryEntry] = []
-    for e in _entries(store, dataset_uuid):
-        if e.deletes_dataset:
-            out.clear()  # a deletion ends the history before it
-            continue
-        if e.metadata is None:
-            continue
-        parts = e.metadata.get("partitions")
-        out.append(HistoryEntry(
-            version=e.version, parent=e.parent, timestamp=e.timestamp, operation=e.operation,
-            added=e.added, removed=e.removed, rows_added=e.rows_added, writer=e.writer, txn=e.txn,
-            n_partitions=len(parts) if isinstance(parts, dict) else 0, info=dict(e.info),
-        ))
-    return out
+    versions = log_versions(store, dataset_uuid)
+    newest_first: list[HistoryEntry] = []
+    end = len(versions)
+    batch = 8 if limit is None else max(1, min(64, limit))
+    while end > 0:
+        chunk = versions[max(0, end - batch):end]
+        end -= len(chunk)
+        batch = min(batch * 2, 256)
+        for e in reversed(parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), chunk)):
+            if e is None or (e.metadata is None and not e.deletes_dataset):
+                continue  # expired by a concurrent garbage collection, or a tombstone
+            if e.deletes_dataset:
+                return newest_first[::-1]  # a deletion ends the history before it
+            parts = e.metadata.get("partitions") if e.metadata is not None else None
+            newest_first.append(HistoryEntry(
+                version=e.version, parent=e.parent, timestamp=e.timestamp, operation=e.operation,
+                added=e.added, removed=e.removed, rows_added=e.rows_added, writer=e.writer, txn=e.txn,
+                n_partitions=len(parts) if isinstance(parts, dict) else 0, info=dict(e.info),
+            ))
+            if limit is not None and len(newest_first) >= limit:
+                return newest_first[::-1]
+    return newest_first[::-1]
+
+
+def _entry_or_none(store: Store, dataset_uuid: str, version: int) -> LogEntry | None:
+    try:
+        return load.load_entry(store, dataset_uuid, version)
+    except VersionNotFoundError:
+        return None
 
 
 def version_as_of(store: Store, dataset_uuid: str, as_of: datetime) -> int:

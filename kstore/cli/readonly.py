@@ -160,12 +160,13 @@ def read(store: str, dataset: str, where: tuple[str, ...], or_: bool, columns: s
 @click.command("history")
 @click.argument("store")
 @click.argument("dataset")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N versions.")
 @json_option
-def history(store: str, dataset: str, as_json: bool) -> None:
+def history(store: str, dataset: str, limit: int | None, as_json: bool) -> None:
     """Committed versions of DATASET, oldest first."""
     import kstore
 
-    entries = kstore.history(store, dataset)
+    entries = kstore.history(store, dataset, limit=limit)
     if not entries:  # a dataset kartothek/plateau wrote: no log, one visible state
         meta = kstore.load_metadata(store, dataset)
         note = (f"dataset {dataset!r} has no version history: it was written by kartothek/plateau (no kstore log); "

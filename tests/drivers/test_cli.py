@@ -118,6 +118,8 @@ def test_history_gc_build_indices_delete(store):
     assert [h["operation"] for h in hist["versions"]] == ["create", "build_indices"] and hist["versioned"]
     assert hist["versions"][0]["timestamp"].startswith("20") and "T" in hist["versions"][0]["timestamp"]
     assert "build_indices" in invoke("history", store, "sales").output
+    newest = json.loads(invoke("history", store, "sales", "--limit", "1", "--json").output)
+    assert [h["operation"] for h in newest["versions"]] == ["build_indices"]
     old = kstore.load_metadata(store, "sales")
     dropped = [k for lab, f in old.partitions.items() if lab.startswith("day=a/") for k in f.values()]
     kstore.update_dataset(store, "sales", delete_scope=[{"day": "a"}])

@@ -543,3 +543,33 @@ def test_history_of_missing_dataset_raises(store_url):
         kstore.history(store_url, "nope")
     with pytest.raises(DatasetNotFoundError):
         kstore.garbage_collect(store_url, "nope")
+
+
+def test_history_limit_reads_only_the_newest_entries(store_url):
+    from kstore.io.store import CountingStore
+
+    kstore.store_dataset(store_url, "h", pd.DataFrame({"x": [0]}))
+    for i in range(1, 30):
+        kstore.update_dataset(store_url, "h", pd.DataFrame({"x": [i] * i}))
+    full = kstore.history(store_url, "h")
+    assert [h.version for h in full] == list(range(30))
+    counting = CountingStore(store_url)
+    newest = kstore.history(counting, "h", limit=3)
+    assert newest == full[-3:]
+    log_gets = [k for m, k in counting.keys if m == "get" and "/_kstore/log/" in k]
+    assert len(log_gets) <= 4  # the head's check of the newest entry + the three read for the history
+    frame = kstore.history(store_url, "h", as_frame=True, limit=5)
+    assert frame["version"].tolist() == list(range(25, 30))
+    assert frame["rows_added"].tolist() == list(range(25, 30)) and set(frame["operation"]) == {"append"}
+    with pytest.raises(kstore.errors.InvalidArgumentError, match="limit"):
+        kstore.history(store_url, "h", limit=0)
+
+
+def test_history_limit_stops_at_a_deletion(store_url):
+    kstore.store_dataset(store_url, "h", pd.DataFrame({"x": [0]}))
+    kstore.update_dataset(store_url, "h", pd.DataFrame({"x": [1]}))
+    kstore.delete_dataset(store_url, "h")
+    kstore.store_dataset(store_url, "h", pd.DataFrame({"x": [2]}))
+    for limit in (None, 1, 5):
+        got = [(h.version, h.operation) for h in kstore.history(store_url, "h", limit=limit)]
+        assert got == [(3, "create")], limit
