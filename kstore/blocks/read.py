@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
-from kstore.core.runtime import parallel_map
+from kstore.core.runtime import parallel_map, pool_size
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
 from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTypeError
 from kstore.io.store import Store
@@ -133,6 +133,87 @@ def concat_tables(tables: Sequence[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+#: read a plan of a local store with one multi-file ``pyarrow.dataset`` scan (False: file by file)
+MULTI_FILE_SCAN = True
+
+
+def _local_paths(store: Store, plan: ReadPlan) -> list[str] | None:
+    """The files of the plan's tasks when ``store`` is a plain :class:`LocalStore`
+    (its ``open`` not overridden), else None."""
+    from kstore.io.local import LocalStore
+
+    if not isinstance(store, LocalStore) or type(store).open is not LocalStore.open:
+        return None
+    return [store.file_path(t.key) for t in plan.tasks]
+
+
+def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
+               max_workers: int | None) -> pa.Table | None:
+    """All tasks of ``plan`` in one ``pyarrow.dataset`` scan over a local store's files.
+
+    Partition columns come from each file's ``partition_expression`` (constants, not
+    per-row work), the residual predicate is pushed down as one expression (row groups
+    pruned by their statistics), files missing a column read it as nulls and other types
+    are cast (safely) to the read schema: the result equals :func:`read_task` of every task
+    concatenated in plan order. None when the plan does not fit (not a local store, tasks
+    with different residuals or partition columns, a null partition value) or the scan
+    fails; the caller then reads file by file, which also raises the precise error.
+    """
+    if not MULTI_FILE_SCAN:
+        return None
+    tasks = plan.tasks
+    residual = tasks[0].residual
+    pkeys = tuple(c for c, _ in tasks[0].partition_values)
+    for t in tasks:
+        if t.residual != residual or tuple(c for c, _ in t.partition_values) != pkeys:
+            return None
+        if any(v is None for _, v in t.partition_values):
+            return None
+    paths = _local_paths(store, plan)
+    if paths is None:
+        return None
+    rschema = read_schema(plan.schema)
+    columns = list(columns if columns is not None else plan.columns)
+    if not columns:
+        return None  # the row count only: rare, the per-file path keeps it
+    residual_cols = list(columns_of(residual)) if residual else []
+    used_pkeys = [k for k in pkeys if k in columns or k in residual_cols]
+    data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pkeys]
+    try:
+        schema = pa.schema([rschema.field(c) for c in data_cols + used_pkeys])
+        partitions = []
+        for t in tasks:
+            pvalues = dict(t.partition_values)
+            exprs = [ds.field(k) == pa.scalar(pvalues[k], rschema.field(k).type) for k in used_pkeys]
+            e = exprs[0] if exprs else ds.scalar(True)
+            for x in exprs[1:]:
+                e = e & x
+            partitions.append(e)
+        expr = to_expression(residual, rschema) if residual else None
+        dataset = ds.FileSystemDataset.from_paths(paths, schema=schema, format=_FORMAT, filesystem=_local_fs(),
+                                                  partitions=partitions)
+        threads = pool_size(len(tasks), max_workers, cpu_bound=True) > 1
+        table = dataset.to_table(columns=columns, filter=expr, use_threads=threads)
+        out_schema = pa.schema([rschema.field(c) for c in columns])
+        if not table.schema.equals(out_schema):
+            table = pa.Table.from_arrays(table.columns, schema=out_schema)
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
+        return None
+    return table
+
+
+def _local_fs() -> Any:
+    global _LOCAL_FS
+    if _LOCAL_FS is None:
+        import pyarrow.fs as pafs
+
+        _LOCAL_FS = pafs.LocalFileSystem()
+    return _LOCAL_FS
+
+
+_LOCAL_FS: Any = None
+
+
 def read_plan(
     store: Store,
     plan: ReadPlan,
@@ -140,9 +221,13 @@ def read_plan(
     *,
     max_workers: int | None = None,
 ) -> pa.Table:
-    """Read every task of a plan in parallel and concatenate (plan order)."""
+    """Read every task of a plan and concatenate (plan order): one multi-file scan for a
+    local store (see :func:`_scan_plan`), else the files in parallel, one by one."""
     if not plan.tasks:
         return empty_table(plan, columns)
+    table = _scan_plan(store, plan, columns, max_workers)
+    if table is not None:
+        return table
     tables = parallel_map(lambda t: read_task(store, plan, t, columns), plan.tasks, max_workers=max_workers)
     return concat_tables(tables)
 
