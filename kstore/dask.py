@@ -70,7 +70,7 @@ from kstore.errors import (
     InvalidArgumentError,
     StoreError,
 )
-from kstore.io.store import Store, StoreLike, open_store, store_factory
+from kstore.io.store import Store, StoreLike, delete_many, open_store, store_factory
 
 __all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
 
@@ -236,11 +236,10 @@ def _meta_schema(ddf: dd.DataFrame, pon: tuple[str, ...], sec: tuple[str, ...], 
 
 
 def _delete(store: Store, keys: Sequence[str]) -> None:
-    for key in keys:
-        try:
-            store.delete(key)
-        except Exception:  # best effort; garbage collection removes what is left
-            pass
+    try:
+        delete_many(store, keys)
+    except Exception:  # best effort; garbage collection removes what is left
+        pass
 
 
 def _delete_by_token(store: Store, dataset_uuid: str, table_name: str, token: str) -> None:

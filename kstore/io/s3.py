@@ -49,7 +49,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kstore.core.naming import validate_key
@@ -63,6 +63,9 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 
 #: Client connection pool size (boto3's default of 10 is small for threaded writers).
 _MAX_POOL_CONNECTIONS = 32
+
+#: Keys per ``DeleteObjects`` request (S3's limit).
+DELETE_BATCH = 1000
 
 #: How often ``put_if_absent`` retries after ``409 ConditionalRequestConflict``.
 _CONFLICT_RETRIES = 4
@@ -546,6 +549,37 @@ class S3Store:
             raise self._store_error("delete", full_key, exc) from exc
         except BotoCoreError as exc:
             raise self._store_error("delete", full_key, exc) from exc
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove objects with ``DeleteObjects``, :data:`DELETE_BATCH` keys a request.
+
+        Missing keys are not an error. Every batch is sent; keys S3 reports it could not
+        delete (and those of failed requests) raise one :class:`StoreError` naming them.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from kstore.io.store import failed_deletes_error
+
+        full_keys = list(dict.fromkeys(self._full_key(k) for k in keys))  # validate all first
+        failed: list[tuple[str, str]] = []
+        for start in range(0, len(full_keys), DELETE_BATCH):
+            batch = full_keys[start : start + DELETE_BATCH]
+            try:
+                response = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                failed.extend((k, str(exc)) for k in batch)
+                continue
+            for error in response.get("Errors", ()):
+                if error.get("Code") in _NOT_FOUND_CODES:
+                    continue
+                failed.append((str(error.get("Key")), f"{error.get('Code')}: {error.get('Message')}"))
+        if failed:
+            raise failed_deletes_error(
+                failed, f" in bucket {self.bucket!r}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
+            )
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (one ``HeadObject``)."""

@@ -21,12 +21,20 @@ import pickle
 import threading
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, TypeAlias, Union, runtime_checkable
 
-from kstore.errors import InvalidArgumentError, StoreError
+from kstore.errors import InvalidArgumentError, InvalidKeyError, KstoreError, StoreError
 
-__all__ = ["Store", "StoreLike", "KeyValueStore", "open_store", "CountingStore", "store_factory"]
+__all__ = [
+    "Store",
+    "StoreLike",
+    "KeyValueStore",
+    "open_store",
+    "CountingStore",
+    "store_factory",
+    "delete_many",
+]
 
 
 @runtime_checkable
@@ -45,6 +53,10 @@ class Store(Protocol):
     - ``atomic_create`` (optional attribute, default True) says whether ``put_if_absent``
       is atomic across processes; kstore warns when several writers would need it.
     - ``url`` (read-only) is the URL that reopens the store, or None.
+    - ``delete_many(keys)`` (optional method) deletes several keys in few requests (S3:
+      ``DeleteObjects``, 1,000 keys a request); missing keys are no error, keys it could
+      not delete raise :class:`~kstore.errors.StoreError` naming them. Callers use
+      :func:`delete_many`, which loops over ``delete`` for stores without it.
 
     kstore's :class:`~kstore.io.LocalStore`, :class:`~kstore.io.MemoryStore`,
     :class:`~kstore.io.s3.S3Store`, :class:`~kstore.io.kv.KVStore` and
@@ -67,6 +79,44 @@ class Store(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def open(self, key: str) -> BinaryIO: ...
+
+
+def delete_many(store: Store, keys: Iterable[str]) -> None:
+    """Delete ``keys`` from ``store``: its ``delete_many`` where it has one (batched), else
+    ``delete`` key by key. Missing keys are not an error.
+
+    Every key is attempted; keys that could not be deleted raise one
+    :class:`~kstore.errors.StoreError` that names them.
+
+    >>> from kstore.io.memory import MemoryStore
+    >>> s = MemoryStore(); s.put("a", b"1"); s.put("b", b"2")
+    >>> delete_many(s, ["a", "b", "missing"]); sorted(s.iter_prefix(""))
+    []
+    """
+    keys = list(keys)
+    if not keys:
+        return
+    batched = getattr(store, "delete_many", None)
+    if callable(batched):
+        batched(keys)
+        return
+    failed: list[tuple[str, BaseException]] = []
+    for key in keys:
+        try:
+            store.delete(key)
+        except InvalidKeyError:
+            raise
+        except (KstoreError, OSError) as exc:
+            failed.append((key, exc))
+    if failed:
+        raise failed_deletes_error(failed)
+
+
+def failed_deletes_error(failed: Sequence[tuple[str, Any]], where: str = "") -> StoreError:
+    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them)."""
+    shown = ", ".join(f"{key!r} ({why})" for key, why in failed[:10])
+    more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+    return StoreError(f"could not delete {len(failed)} key(s){where}: {shown}{more}")
 
 
 class KeyValueStore(Protocol):
@@ -305,6 +355,15 @@ class CountingStore:
     def delete(self, key: str) -> None:
         self._count("delete", key)
         self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Counted once as ``delete_many`` (and each key in :attr:`keys`); the inner store's
+        batched delete where it has one."""
+        keys = list(keys)
+        with self._lock:
+            self.calls["delete_many"] += 1
+            self.keys.extend(("delete_many", k) for k in keys)
+        delete_many(self.inner, keys)
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         self._count("iter_prefix", prefix)
