@@ -15,8 +15,8 @@ Examples
 >>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
 >>> df = pd.DataFrame({"day": ["a", "a", "b", "b"], "x": [1, 2, 3, 4]})
 >>> with dask.config.set(scheduler="threads"):
-...     meta = kstore.dask.store_dataset(dd.from_pandas(df, npartitions=2), "memory://dask-doc",
-...                                      "sales", partition_on=["day"], secondary_indices=["x"])
+...     meta = kstore.dask.store_dataset("memory://dask-doc", "sales", dd.from_pandas(df, npartitions=2),
+...                                      partition_on=["day"], secondary_indices=["x"])
 ...     ddf = kstore.dask.read_dataset("memory://dask-doc", "sales", predicates=[[("x", ">=", 2)]])
 ...     ddf.compute().sort_values("x").reset_index(drop=True)
   day  x
@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import time
 import uuid as _uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -59,6 +60,7 @@ from kstore.blocks.job import as_columns, delete_files, finish_write, merge_work
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
+from kstore.core.arguments import AsOf
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
@@ -368,10 +370,41 @@ def _write(
     return finish_write(job, files, schema)
 
 
+def _arguments(function: str, store: Any, dataset_uuid: Any, ddf: Any) -> tuple[StoreLike, str, dd.DataFrame]:
+    """``(store, dataset_uuid, ddf)``, also from the old order ``(ddf, store, dataset_uuid)``
+    (with a :class:`FutureWarning`); a wrong type in any position is an
+    :class:`~kstore.errors.InvalidArgumentError` that names the position."""
+    if isinstance(store, dd.DataFrame):
+        warnings.warn(
+            f"kstore.dask.{function}(ddf, store, dataset_uuid) is deprecated; pass "
+            f"(store, dataset_uuid, ddf) like kstore.{function}",
+            FutureWarning,
+            stacklevel=3,
+        )
+        store, dataset_uuid, ddf = dataset_uuid, ddf, store
+    if isinstance(store, (dd.DataFrame, pd.DataFrame)) or store is None:
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the first argument is the store (a URL or a Store), got "
+            f"{type(store).__name__}; call {function}(store, dataset_uuid, ddf)"
+        )
+    if not isinstance(dataset_uuid, str):
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the second argument is the dataset name (a str), got "
+            f"{type(dataset_uuid).__name__}; call {function}(store, dataset_uuid, ddf)"
+        )
+    if not isinstance(ddf, dd.DataFrame):
+        hint = " (wrap a pandas DataFrame with dask.dataframe.from_pandas)" if isinstance(ddf, pd.DataFrame) else ""
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the third argument (dataset {dataset_uuid!r}) is the data, a "
+            f"dask.dataframe.DataFrame, got {type(ddf).__name__}{hint}"
+        )
+    return store, dataset_uuid, ddf
+
+
 def store_dataset(
-    ddf: dd.DataFrame,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -390,11 +423,15 @@ def store_dataset(
 
     Parameters
     ----------
-    ddf
-        The data; its index is not stored.
     store
         A URL (``file:///path``, ``s3://bucket/prefix``, ...) or a picklable store factory;
         workers rebuild the store from it.
+    dataset_uuid
+        The dataset's name.
+    ddf
+        The data; its index is not stored. The order is ``(store, dataset_uuid, ddf)`` as in
+        :func:`kstore.store_dataset`; the old ``(ddf, store, dataset_uuid)`` still works
+        with a :class:`FutureWarning`.
     partition_on, secondary_indices
         As in :func:`kstore.store_dataset`.
     shuffle
@@ -419,10 +456,11 @@ def store_dataset(
     >>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
     >>> ddf = dd.from_pandas(pd.DataFrame({"p": [1, 2, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
     >>> with dask.config.set(scheduler="threads"):
-    ...     m = kstore.dask.store_dataset(ddf, "memory://dask-store-doc", "ds", partition_on="p", shuffle=True)
+    ...     m = kstore.dask.store_dataset("memory://dask-store-doc", "ds", ddf, partition_on="p", shuffle=True)
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
+    store, dataset_uuid, ddf = _arguments("store_dataset", store, dataset_uuid, ddf)
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
@@ -431,9 +469,9 @@ def store_dataset(
 
 
 def update_dataset(
-    ddf: dd.DataFrame,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -461,11 +499,12 @@ def update_dataset(
     >>> _ = kstore.store_dataset("memory://dask-update-doc", "ds", pd.DataFrame({"p": [1], "v": [1.0]}),
     ...                          partition_on="p")
     >>> with dask.config.set(scheduler="threads"):
-    ...     m = kstore.dask.update_dataset(dd.from_pandas(pd.DataFrame({"p": [2], "v": [2.0]}), npartitions=1),
-    ...                                    "memory://dask-update-doc", "ds")
+    ...     m = kstore.dask.update_dataset("memory://dask-update-doc", "ds",
+    ...                                    dd.from_pandas(pd.DataFrame({"p": [2], "v": [2.0]}), npartitions=1))
     >>> m.version, len(m.partitions)
     (1, 2)
     """
+    store, dataset_uuid, ddf = _arguments("update_dataset", store, dataset_uuid, ddf)
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
@@ -634,9 +673,13 @@ def read_dataset(
     predicates: Any = None,
     *,
     version: int | None = None,
+    as_of: AsOf = None,
     dispatch_by: str | Sequence[str] | None = None,
 ) -> dd.DataFrame:
     """A lazy Dask DataFrame of (a filtered part of) a dataset.
+
+    ``version`` or ``as_of`` (a datetime or ISO timestamp: the version current then) read
+    an older version, as in :func:`kstore.read_dataset`.
 
     Planning happens once, here, on the client: ``predicates`` (DNF, as in
     :func:`kstore.read_dataset`) prune partitions by partition values, secondary indices
@@ -662,7 +705,7 @@ def read_dataset(
     """
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, stats=True)
+    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, stats=True)
     nullable = nullable_columns(plan, stats)
     arrow_strings = pyarrow_strings_enabled()
     meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)

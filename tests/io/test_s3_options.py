@@ -101,7 +101,7 @@ def test_public_functions_take_a_store_opened_with_options(s3_endpoint: str, s3_
     got = kstore.read_table(store, "eager").to_pandas().sort_values("x").reset_index(drop=True)
     assert got["x"].tolist() == [1, 2]
     with dask.config.set(scheduler="sync"):
-        kstore.dask.store_dataset(dd.from_pandas(df, npartitions=2), store, "lazy")
+        kstore.dask.store_dataset(store, "lazy", dd.from_pandas(df, npartitions=2))
         out = kstore.dask.read_dataset(store, "lazy").compute()
     assert sorted(out["x"].tolist()) == [1, 2]
 
