@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast, overload
 
 import dask
 import dask.dataframe as dd
@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 from dask.base import compute as dask_compute
 from dask.dataframe.utils import pyarrow_strings_enabled
-from dask.delayed import delayed
+from dask.delayed import Delayed, delayed
 
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -311,7 +311,8 @@ def _write(
     must_exist: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     # 1. validate everything on the client, before any task runs
     if not isinstance(ddf, dd.DataFrame):
         raise InvalidArgumentError(
@@ -333,8 +334,8 @@ def _write(
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
                         metadata_format=metadata_format, txn=txn, must_exist=must_exist,
                         write_options=write_options, sort_by=sort_by)
-    if job.already_committed:
-        return job.existing  # a re-submitted transaction: already committed, nothing to write
+    if job.already_committed:  # a re-submitted transaction: already committed, nothing to write
+        return job.existing if compute else delayed(_existing, pure=False)(job.existing)
     pon, sec = job.partition_on, job.index_columns
     missing = [c for c in buckets if c not in ddf.columns]
     if missing:
@@ -356,6 +357,11 @@ def _write(
     writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets),
                              job.options)
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
+    if not compute:
+        # the writes and then the commit, as one graph: nothing happens before compute
+        commit_task = _CommitWritten(factory, replace(job, store=cast(Store, None)), meta_schema)
+        result: Delayed = delayed(commit_task, pure=False)(parts.to_delayed())
+        return result
 
     # 3. run, then ONE commit (shared with every driver: kstore.blocks.job.finish_write)
     written = _run_writes(parts, st, dataset_uuid, job.table_name, token)
@@ -401,6 +407,37 @@ def _arguments(function: str, store: Any, dataset_uuid: Any, ddf: Any) -> tuple[
     return store, dataset_uuid, ddf
 
 
+def _existing(meta: DatasetMetadata) -> DatasetMetadata:
+    return meta
+
+
+class _CommitWritten:
+    """The last task of a ``compute=False`` write: merge the partitions' schemas and commit.
+
+    If a write task fails this never runs: nothing is committed and the files already
+    written stay until garbage collection removes them.
+    """
+
+    def __init__(self, factory: Callable[[], Store], job: Any, meta_schema: pa.Schema) -> None:
+        self.factory = factory
+        self.job = job  # its store travels as the factory
+        self.meta_schema = meta_schema
+
+    def __call__(self, parts: Sequence[pd.Series]) -> DatasetMetadata:
+        job = replace(self.job, store=self.factory())
+        written = [w for series in parts for w in series]
+        files = [f for w in written for f in w.files]
+        try:
+            schema = merge_worker_schemas(job, [w.schema for w in sorted(written, key=lambda w: w.number)])
+        except BaseException:
+            delete_files(job.store, files)
+            raise
+        if schema is None and job.creates:
+            schema = self.meta_schema
+        return finish_write(job, files, schema)
+
+
+@overload
 def store_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
@@ -418,7 +455,51 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: Literal[True] = ...,
+) -> DatasetMetadata: ...
+
+
+@overload
+def store_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: Literal[False],
+) -> Delayed: ...
+
+
+def store_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
 
     Parameters
@@ -446,6 +527,12 @@ def store_dataset(
         create a missing dataset; see :func:`update_dataset`).
     write_options, sort_by
         As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
+    compute
+        ``False``: check the arguments now and return a ``dask.delayed`` that writes the
+        files and makes the commit when computed (its result is the committed metadata);
+        nothing is written or committed before. Compute it once. If a write task fails,
+        nothing is committed and the files already written are left for
+        :func:`kstore.garbage_collect`.
 
     Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
     schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
@@ -465,7 +552,51 @@ def store_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
                   table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn,
-                  write_options=write_options, sort_by=sort_by)
+                  write_options=write_options, sort_by=sort_by, compute=compute)
+
+
+@overload
+def update_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    metadata: Mapping[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: Literal[True] = ...,
+) -> DatasetMetadata: ...
+
+
+@overload
+def update_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    metadata: Mapping[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: Literal[False],
+) -> Delayed: ...
 
 
 def update_dataset(
@@ -485,13 +616,15 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
 
     As :func:`kstore.update_dataset`: ``mode="overwrite_partitions"`` replaces every
     partition value the new data touches; ``delete_scope`` removes partitions. Concurrent
     appends by other writers are merged; a concurrent change inside this write's scope
     raises :class:`~kstore.errors.CommitConflictError` (nothing is committed).
+    ``compute=False`` returns a ``dask.delayed`` as in :func:`store_dataset`.
 
     Examples
     --------
@@ -511,7 +644,7 @@ def update_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
-                  must_exist=True, write_options=write_options, sort_by=sort_by)
+                  must_exist=True, write_options=write_options, sort_by=sort_by, compute=compute)
 
 
 # ---------------------------------------------------------------------------------------

@@ -89,3 +89,43 @@ def test_read_as_of(store_url: str) -> None:
     assert _xs(store_url) == [1, 2]
     with pytest.raises(kstore.KstoreError):
         _xs(store_url, as_of=first.timestamp.replace(year=2000))
+
+
+@pytest.mark.parametrize("function", ["store_dataset", "update_dataset"])
+def test_compute_false_commits_only_when_computed(function: str, store_url: str) -> None:
+    from dask.delayed import Delayed
+
+    with dask.config.set(scheduler="sync"):
+        if function == "update_dataset":
+            kd.store_dataset(store_url, "ds", _ddf([0]), partition_on=["p"])
+        before = sorted(kstore.open_store(store_url).iter_prefix(""))
+        lazy = getattr(kd, function)(store_url, "ds", _ddf([1, 2, 3]), partition_on=["p"], compute=False)
+        assert isinstance(lazy, Delayed)
+        assert sorted(kstore.open_store(store_url).iter_prefix("")) == before  # nothing written
+        meta = lazy.compute()
+    assert isinstance(meta, kstore.DatasetMetadata)
+    assert meta.version == (1 if function == "update_dataset" else 0)
+    assert _xs(store_url) == ([0, 1, 2, 3] if function == "update_dataset" else [1, 2, 3])
+
+
+def test_compute_false_checks_arguments_now_and_failed_tasks_commit_nothing(store_url: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        kd.store_dataset(store_url, "ds", _ddf([1]), mode="upsert", compute=False)  # type: ignore[arg-type]
+
+    def boom(df: pd.DataFrame) -> pd.DataFrame:
+        raise RuntimeError("task failed")
+
+    bad = _ddf([1, 2]).map_partitions(boom, meta=_ddf([1])._meta)
+    lazy = kd.store_dataset(store_url, "ds", bad, compute=False)
+    with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="task failed"):
+        lazy.compute()
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_table(store_url, "ds")
+
+
+def test_compute_false_on_a_process_cluster(dask_cluster_client: Any, tmp_path: Any) -> None:
+    url = "file://" + str(tmp_path / "store")
+    lazy = kd.store_dataset(url, "ds", _ddf([5, 6]), compute=False)
+    meta = dask_cluster_client.compute(lazy).result(timeout=120)
+    assert meta.version == 0
+    assert _xs(url) == [5, 6]
