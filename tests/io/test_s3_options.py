@@ -220,3 +220,18 @@ def test_redact_url() -> None:
     assert redact_url("s3://bkt/p?endpoint_url=http://h:1") == "s3://bkt/p?endpoint_url=http://h:1"
     shown = redact_url(f"s3://{KEY}:{SECRET}@h:9/b?session_token={TOKEN}&is_secure=false")
     assert shown == "s3://***@h:9/b?session_token=***&is_secure=false"
+
+
+def test_spark_factory_keeps_the_credentials(s3_endpoint: str, s3_bucket: str) -> None:
+    pytest.importorskip("pyspark")
+    from kstore.spark.writer import spark_store_factory
+
+    store = open_store(f"s3://{s3_bucket}", storage_options={"key": KEY, "secret": SECRET,
+                                                            "endpoint_url": s3_endpoint})
+    url = f"s3://{KEY}:{QSECRET}@{_host(s3_endpoint)}/{s3_bucket}?is_secure=false&force_bucket_suffix=false"
+    for source in (store, url):
+        factory = spark_store_factory(source)
+        _assert_no_secret(repr(factory))
+        rebuilt = pickle.loads(pickle.dumps(factory))()
+        assert isinstance(rebuilt, S3Store) and _credentials(rebuilt)[:2] == (KEY, SECRET)
+        assert rebuilt.url == store.url
