@@ -125,7 +125,7 @@ def run_dask_bench(
 
                     if system == "kstore":
                         def write(path=path, shuffle=shuffle):
-                            return kd.store_dataset(ddf, "file://" + path, "sales", partition_on=["day"],
+                            return kd.store_dataset("file://" + path, "sales", ddf, partition_on=["day"],
                                                     secondary_indices=["location"], shuffle=shuffle)
                     elif system == "dask":
                         if shuffle:

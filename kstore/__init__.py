@@ -4,7 +4,8 @@ Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, compact, delete_rows, history, diff,
-    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions
+    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
+    S3Store (``S3Store.from_options(url, storage_options)``)
 
 Types for annotations: ``Store`` (the store protocol), ``StoreLike`` (what every ``store``
 argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``,
@@ -33,6 +34,7 @@ from kstore.eager import (
     update_dataset,
 )
 from kstore.errors import KstoreError
+from kstore.io.s3 import S3Store
 from kstore.io.store import Store, StoreLike, open_store
 from kstore.lifecycle import (
     build_indices,
@@ -57,6 +59,7 @@ __all__ = [
     "Predicates",
     "ReadPlan",
     "Snapshot",
+    "S3Store",
     "Store",
     "StoreLike",
     "WriteOptions",

@@ -15,8 +15,8 @@ Examples
 >>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
 >>> df = pd.DataFrame({"day": ["a", "a", "b", "b"], "x": [1, 2, 3, 4]})
 >>> with dask.config.set(scheduler="threads"):
-...     meta = kstore.dask.store_dataset(dd.from_pandas(df, npartitions=2), "memory://dask-doc",
-...                                      "sales", partition_on=["day"], secondary_indices=["x"])
+...     meta = kstore.dask.store_dataset("memory://dask-doc", "sales", dd.from_pandas(df, npartitions=2),
+...                                      partition_on=["day"], secondary_indices=["x"])
 ...     ddf = kstore.dask.read_dataset("memory://dask-doc", "sales", predicates=[[("x", ">=", 2)]])
 ...     ddf.compute().sort_values("x").reset_index(drop=True)
   day  x
@@ -30,10 +30,11 @@ from __future__ import annotations
 import os
 import time
 import uuid as _uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast, overload
 
 import dask
 import dask.dataframe as dd
@@ -42,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 from dask.base import compute as dask_compute
 from dask.dataframe.utils import pyarrow_strings_enabled
-from dask.delayed import delayed
+from dask.delayed import Delayed, delayed
 
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -59,6 +60,7 @@ from kstore.blocks.job import as_columns, delete_files, finish_write, merge_work
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
+from kstore.core.arguments import AsOf
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
@@ -70,7 +72,7 @@ from kstore.errors import (
     InvalidArgumentError,
     StoreError,
 )
-from kstore.io.store import Store, StoreLike, open_store, store_factory
+from kstore.io.store import Store, StoreLike, delete_many, open_store, store_factory
 
 __all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
 
@@ -236,11 +238,10 @@ def _meta_schema(ddf: dd.DataFrame, pon: tuple[str, ...], sec: tuple[str, ...], 
 
 
 def _delete(store: Store, keys: Sequence[str]) -> None:
-    for key in keys:
-        try:
-            store.delete(key)
-        except Exception:  # best effort; garbage collection removes what is left
-            pass
+    try:
+        delete_many(store, keys)
+    except Exception:  # best effort; garbage collection removes what is left
+        pass
 
 
 def _delete_by_token(store: Store, dataset_uuid: str, table_name: str, token: str) -> None:
@@ -310,7 +311,8 @@ def _write(
     must_exist: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     # 1. validate everything on the client, before any task runs
     if not isinstance(ddf, dd.DataFrame):
         raise InvalidArgumentError(
@@ -332,8 +334,8 @@ def _write(
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
                         metadata_format=metadata_format, txn=txn, must_exist=must_exist,
                         write_options=write_options, sort_by=sort_by)
-    if job.already_committed:
-        return job.existing  # a re-submitted transaction: already committed, nothing to write
+    if job.already_committed:  # a re-submitted transaction: already committed, nothing to write
+        return job.existing if compute else delayed(_existing, pure=False)(job.existing)
     pon, sec = job.partition_on, job.index_columns
     missing = [c for c in buckets if c not in ddf.columns]
     if missing:
@@ -355,6 +357,11 @@ def _write(
     writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets),
                              job.options)
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
+    if not compute:
+        # the writes and then the commit, as one graph: nothing happens before compute
+        commit_task = _CommitWritten(factory, replace(job, store=cast(Store, None)), meta_schema)
+        result: Delayed = delayed(commit_task, pure=False)(parts.to_delayed())
+        return result
 
     # 3. run, then ONE commit (shared with every driver: kstore.blocks.job.finish_write)
     written = _run_writes(parts, st, dataset_uuid, job.table_name, token)
@@ -369,10 +376,72 @@ def _write(
     return finish_write(job, files, schema)
 
 
+def _arguments(function: str, store: Any, dataset_uuid: Any, ddf: Any) -> tuple[StoreLike, str, dd.DataFrame]:
+    """``(store, dataset_uuid, ddf)``, also from the old order ``(ddf, store, dataset_uuid)``
+    (with a :class:`FutureWarning`); a wrong type in any position is an
+    :class:`~kstore.errors.InvalidArgumentError` that names the position."""
+    if isinstance(store, dd.DataFrame):
+        warnings.warn(
+            f"kstore.dask.{function}(ddf, store, dataset_uuid) is deprecated; pass "
+            f"(store, dataset_uuid, ddf) like kstore.{function}",
+            FutureWarning,
+            stacklevel=3,
+        )
+        store, dataset_uuid, ddf = dataset_uuid, ddf, store
+    if isinstance(store, (dd.DataFrame, pd.DataFrame)) or store is None:
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the first argument is the store (a URL or a Store), got "
+            f"{type(store).__name__}; call {function}(store, dataset_uuid, ddf)"
+        )
+    if not isinstance(dataset_uuid, str):
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the second argument is the dataset name (a str), got "
+            f"{type(dataset_uuid).__name__}; call {function}(store, dataset_uuid, ddf)"
+        )
+    if not isinstance(ddf, dd.DataFrame):
+        hint = " (wrap a pandas DataFrame with dask.dataframe.from_pandas)" if isinstance(ddf, pd.DataFrame) else ""
+        raise InvalidArgumentError(
+            f"kstore.dask.{function}: the third argument (dataset {dataset_uuid!r}) is the data, a "
+            f"dask.dataframe.DataFrame, got {type(ddf).__name__}{hint}"
+        )
+    return store, dataset_uuid, ddf
+
+
+def _existing(meta: DatasetMetadata) -> DatasetMetadata:
+    return meta
+
+
+class _CommitWritten:
+    """The last task of a ``compute=False`` write: merge the partitions' schemas and commit.
+
+    If a write task fails this never runs: nothing is committed and the files already
+    written stay until garbage collection removes them.
+    """
+
+    def __init__(self, factory: Callable[[], Store], job: Any, meta_schema: pa.Schema) -> None:
+        self.factory = factory
+        self.job = job  # its store travels as the factory
+        self.meta_schema = meta_schema
+
+    def __call__(self, parts: Sequence[pd.Series]) -> DatasetMetadata:
+        job = replace(self.job, store=self.factory())
+        written = [w for series in parts for w in series]
+        files = [f for w in written for f in w.files]
+        try:
+            schema = merge_worker_schemas(job, [w.schema for w in sorted(written, key=lambda w: w.number)])
+        except BaseException:
+            delete_files(job.store, files)
+            raise
+        if schema is None and job.creates:
+            schema = self.meta_schema
+        return finish_write(job, files, schema)
+
+
+@overload
 def store_dataset(
-    ddf: dd.DataFrame,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -386,16 +455,64 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: Literal[True] = ...,
+) -> DatasetMetadata: ...
+
+
+@overload
+def store_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: Literal[False],
+) -> Delayed: ...
+
+
+def store_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: WriteMode = "error",
+    metadata: Mapping[str, Any] | None = None,
+    metadata_format: MetadataFormat = "json",
+    table_name: str = naming.DEFAULT_TABLE,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
 
     Parameters
     ----------
-    ddf
-        The data; its index is not stored.
     store
         A URL (``file:///path``, ``s3://bucket/prefix``, ...) or a picklable store factory;
         workers rebuild the store from it.
+    dataset_uuid
+        The dataset's name.
+    ddf
+        The data; its index is not stored. The order is ``(store, dataset_uuid, ddf)`` as in
+        :func:`kstore.store_dataset`; the old ``(ddf, store, dataset_uuid)`` still works
+        with a :class:`FutureWarning`.
     partition_on, secondary_indices
         As in :func:`kstore.store_dataset`.
     shuffle
@@ -410,6 +527,12 @@ def store_dataset(
         create a missing dataset; see :func:`update_dataset`).
     write_options, sort_by
         As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
+    compute
+        ``False``: check the arguments now and return a ``dask.delayed`` that writes the
+        files and makes the commit when computed (its result is the committed metadata);
+        nothing is written or committed before. Compute it once. If a write task fails,
+        nothing is committed and the files already written are left for
+        :func:`kstore.garbage_collect`.
 
     Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
     schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
@@ -420,21 +543,23 @@ def store_dataset(
     >>> import pandas as pd, dask, dask.dataframe as dd, kstore.dask
     >>> ddf = dd.from_pandas(pd.DataFrame({"p": [1, 2, 1, 2], "v": [1.0, 2.0, 3.0, 4.0]}), npartitions=2)
     >>> with dask.config.set(scheduler="threads"):
-    ...     m = kstore.dask.store_dataset(ddf, "memory://dask-store-doc", "ds", partition_on="p", shuffle=True)
+    ...     m = kstore.dask.store_dataset("memory://dask-store-doc", "ds", ddf, partition_on="p", shuffle=True)
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
+    store, dataset_uuid, ddf = _arguments("store_dataset", store, dataset_uuid, ddf)
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
                   table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn,
-                  write_options=write_options, sort_by=sort_by)
+                  write_options=write_options, sort_by=sort_by, compute=compute)
 
 
+@overload
 def update_dataset(
-    ddf: dd.DataFrame,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -448,13 +573,58 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
-) -> DatasetMetadata:
+    compute: Literal[True] = ...,
+) -> DatasetMetadata: ...
+
+
+@overload
+def update_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    metadata: Mapping[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: Literal[False],
+) -> Delayed: ...
+
+
+def update_dataset(
+    store: StoreLike | dd.DataFrame,
+    dataset_uuid: Any,
+    ddf: Any,
+    *,
+    partition_on: str | Sequence[str] | None = None,
+    secondary_indices: str | Sequence[str] | None = None,
+    shuffle: bool = False,
+    bucket_by: str | Sequence[str] | None = None,
+    num_buckets: int | None = None,
+    mode: Literal["append", "overwrite_partitions"] = "append",
+    delete_scope: Sequence[Mapping[str, Any]] | None = None,
+    schema_mode: Literal["strict", "merge"] = "strict",
+    metadata: Mapping[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
+    sort_by: str | Sequence[str] | None = None,
+    compute: bool = True,
+) -> DatasetMetadata | Delayed:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
 
     As :func:`kstore.update_dataset`: ``mode="overwrite_partitions"`` replaces every
     partition value the new data touches; ``delete_scope`` removes partitions. Concurrent
     appends by other writers are merged; a concurrent change inside this write's scope
     raises :class:`~kstore.errors.CommitConflictError` (nothing is committed).
+    ``compute=False`` returns a ``dask.delayed`` as in :func:`store_dataset`.
 
     Examples
     --------
@@ -462,18 +632,19 @@ def update_dataset(
     >>> _ = kstore.store_dataset("memory://dask-update-doc", "ds", pd.DataFrame({"p": [1], "v": [1.0]}),
     ...                          partition_on="p")
     >>> with dask.config.set(scheduler="threads"):
-    ...     m = kstore.dask.update_dataset(dd.from_pandas(pd.DataFrame({"p": [2], "v": [2.0]}), npartitions=1),
-    ...                                    "memory://dask-update-doc", "ds")
+    ...     m = kstore.dask.update_dataset("memory://dask-update-doc", "ds",
+    ...                                    dd.from_pandas(pd.DataFrame({"p": [2], "v": [2.0]}), npartitions=1))
     >>> m.version, len(m.partitions)
     (1, 2)
     """
+    store, dataset_uuid, ddf = _arguments("update_dataset", store, dataset_uuid, ddf)
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
-                  must_exist=True, write_options=write_options, sort_by=sort_by)
+                  must_exist=True, write_options=write_options, sort_by=sort_by, compute=compute)
 
 
 # ---------------------------------------------------------------------------------------
@@ -635,9 +806,13 @@ def read_dataset(
     predicates: Any = None,
     *,
     version: int | None = None,
+    as_of: AsOf = None,
     dispatch_by: str | Sequence[str] | None = None,
 ) -> dd.DataFrame:
     """A lazy Dask DataFrame of (a filtered part of) a dataset.
+
+    ``version`` or ``as_of`` (a datetime or ISO timestamp: the version current then) read
+    an older version, as in :func:`kstore.read_dataset`.
 
     Planning happens once, here, on the client: ``predicates`` (DNF, as in
     :func:`kstore.read_dataset`) prune partitions by partition values, secondary indices
@@ -663,7 +838,7 @@ def read_dataset(
     """
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, stats=True)
+    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, stats=True)
     nullable = nullable_columns(plan, stats)
     arrow_strings = pyarrow_strings_enabled()
     meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)

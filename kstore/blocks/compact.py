@@ -57,7 +57,7 @@ from kstore.errors import (
     InvalidArgumentError,
     KeyNotFoundError,
 )
-from kstore.io.store import Store
+from kstore.io.store import Store, delete_many
 
 __all__ = ["CompactionGroup", "CompactionPlan", "plan_compaction", "rewrite_group", "rewrite_groups",
            "finish_compaction", "worker_plan", "task_file_id", "delete_by_token", "DEFAULT_TARGET_FILE_SIZE"]
@@ -281,11 +281,10 @@ def delete_by_token(store: Store, plan: CompactionPlan, token: str) -> None:
                 if marker in k.rsplit("/", 1)[-1]]
     except Exception:
         return
-    for key in keys:
-        try:
-            store.delete(key)
-        except Exception:
-            pass
+    try:
+        delete_many(store, keys)
+    except Exception:
+        pass
 
 
 def _group(part: tuple[Any, ...], tasks: list[ReadTask], sizes: Mapping[str, tuple[int, int]]) -> list[CompactionGroup]:

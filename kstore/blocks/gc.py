@@ -34,7 +34,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
 from kstore.errors import CorruptMetadataError, DatasetNotFoundError, VersionNotFoundError
-from kstore.io.store import Store
+from kstore.io.store import Store, delete_many
 
 __all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
 
@@ -200,8 +200,7 @@ def collect_garbage(
         republish_newest(store, dataset_uuid, head.main_version, head.fmt or "json")
     if not dry_run:
         _expire(store, dataset_uuid, state)
-        for key in garbage:
-            store.delete(key)
+        delete_many(store, garbage)  # S3: one DeleteObjects per 1,000 keys
         remove_temporary = getattr(store, "remove_temporary", None)
         if remove_temporary is not None:  # temporary files of puts a crash interrupted (local stores)
             remove_temporary(dataset_uuid, cutoff.timestamp())
@@ -216,8 +215,7 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
     """
     for entry in state.expired:
         store.put(naming.log_key(uuid, entry.version), serialize.dumps(entry.tombstone().to_dict(), "json"))
-    for v in state.drop:
-        store.delete(naming.log_key(uuid, v))
+    delete_many(store, [naming.log_key(uuid, v) for v in state.drop])
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:
@@ -243,7 +241,7 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
     fence = done.entry.version if done.entry is not None else -1
     # the versions before the fence stop being listed first, then their files go
     horizon = runtime.current().now() - LOG_MIN_AGE
-    n = 0
+    old_entries: list[str] = []
     for v in [v for v in load.log_versions(store, dataset_uuid) if v < fence]:
         try:
             entry = load.load_entry(store, dataset_uuid, v)
@@ -252,14 +250,13 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
         except CorruptMetadataError:
             entry = None
         if entry is None or entry.timestamp < horizon:
-            store.delete(naming.log_key(dataset_uuid, v))
-            n += 1
+            old_entries.append(naming.log_key(dataset_uuid, v))
         elif not entry.expired:
             store.put(naming.log_key(dataset_uuid, v), serialize.dumps(entry.tombstone().to_dict(), "json"))
-    for key in keys:
-        if _is_file(dataset_uuid, key) or key.endswith("/" + naming.COMMON_METADATA):
-            store.delete(key)
-            n += 1
+    delete_many(store, old_entries)
+    doomed = [k for k in keys if _is_file(dataset_uuid, k) or k.endswith("/" + naming.COMMON_METADATA)]
+    delete_many(store, doomed)  # S3: one DeleteObjects per 1,000 keys
+    n = len(old_entries) + len(doomed)
     remove_temporary = getattr(store, "remove_temporary", None)
     if remove_temporary is not None:
         remove_temporary(dataset_uuid, float("inf"))

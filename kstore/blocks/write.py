@@ -40,7 +40,7 @@ from kstore.errors import (
     UnsupportedTypeError,
     short_repr,
 )
-from kstore.io.store import Store
+from kstore.io.store import Store, delete_many
 
 __all__ = [
     "WrittenFile",
@@ -435,11 +435,10 @@ def write_partitions(
 
 def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
     """Best-effort delete of written files (GC removes what is left)."""
-    for f in files:
-        try:
-            store.delete(f.key)
-        except Exception:
-            pass
+    try:
+        delete_many(store, [f.key for f in files])
+    except Exception:
+        pass
 
 
 def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:

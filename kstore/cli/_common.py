@@ -14,13 +14,13 @@ import logging
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, BinaryIO, TypeVar
 
 import click
 
 from kstore.errors import InvalidPredicateError
-from kstore.io.store import Store
+from kstore.io.store import Store, delete_many
 
 log = logging.getLogger("kstore.cli")
 
@@ -251,6 +251,12 @@ class ProgressStore:
     def delete(self, key: str) -> None:
         self.inner.delete(key)
         self._tick("delete")
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        delete_many(self.inner, keys)
+        for _ in keys:
+            self._tick("delete")
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         return self.inner.iter_prefix(prefix, start_after)

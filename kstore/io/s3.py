@@ -12,11 +12,25 @@ unless given explicitly; they never appear in :attr:`S3Store.url`.
   (HTTP Range GETs through a 1 MiB buffer), so pyarrow reads a Parquet footer and the
   column chunks it needs without downloading the whole object.
 
-URL form (what :func:`kstore.io.store.open_store` accepts)::
+URL forms (what :func:`kstore.io.store.open_store` accepts)::
 
     s3://bucket
     s3://bucket/some/prefix
     s3://bucket/some/prefix?endpoint_url=http://127.0.0.1:9000&region=eu-west-1
+    s3://key:secret@host[:port]/bucket[/prefix][?is_secure=false&region_name=...]
+
+The last is minimalkv's (kartothek's) form: credentials and the endpoint host are in the URL,
+the endpoint is ``https`` unless ``is_secure=false``, and, as in minimalkv,
+``-<key>`` is appended to the bucket name unless it already ends with it or
+``force_bucket_suffix=false``. Key and secret are percent-decoded (encode them with
+``urllib.parse.quote_plus``). ``create_if_missing`` is accepted and ignored (kstore never
+creates buckets).
+
+``storage_options`` (:meth:`S3Store.from_options`, ``open_store(url, storage_options=...)``)
+take the keys of pandas/fsspec and deltalake, case-insensitively: ``key``/``secret``/
+``token``/``endpoint_url``/``region`` or ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
+``AWS_SESSION_TOKEN``/``AWS_ENDPOINT_URL``/``AWS_REGION`` (see :data:`STORAGE_OPTION_KEYS`).
+Credentials never appear in :attr:`S3Store.url`, ``repr`` or error messages.
 
 Examples
 --------
@@ -31,16 +45,17 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kstore.core.naming import validate_key
-from kstore.errors import InvalidKeyError, KeyNotFoundError, StoreError
+from kstore.errors import InvalidArgumentError, InvalidKeyError, KeyNotFoundError, StoreError
 
-__all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE"]
+__all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "STORAGE_OPTION_KEYS", "redact_url"]
 
 #: Buffer of the files :meth:`S3Store.open` returns: one Range GET fetches at least this much
 #: (up to the end of the object), so small sequential reads do not each cost a request.
@@ -49,6 +64,9 @@ DEFAULT_BUFFER_SIZE = 1 << 20
 #: Client connection pool size (boto3's default of 10 is small for threaded writers).
 _MAX_POOL_CONNECTIONS = 32
 
+#: Keys per ``DeleteObjects`` request (S3's limit).
+DELETE_BATCH = 1000
+
 #: How often ``put_if_absent`` retries after ``409 ConditionalRequestConflict``.
 _CONFLICT_RETRIES = 4
 
@@ -56,6 +74,104 @@ _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
 _CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "409"})
 _URL_QUERY_KEYS = frozenset({"endpoint_url", "region", "region_name"})
+#: Query parameters of the minimalkv URL form ``s3://key:secret@host/bucket``.
+_MINIMALKV_QUERY_KEYS = frozenset(
+    {"is_secure", "region", "region_name", "session_token", "force_bucket_suffix", "create_if_missing"}
+)
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+#: ``storage_options`` keys (matched case-insensitively) and the constructor argument each sets.
+STORAGE_OPTION_KEYS: dict[str, str] = {
+    **dict.fromkeys(
+        ("key", "access_key", "access_key_id", "aws_access_key_id"), "aws_access_key_id"
+    ),
+    **dict.fromkeys(
+        ("secret", "secret_key", "secret_access_key", "aws_secret_access_key"),
+        "aws_secret_access_key",
+    ),
+    **dict.fromkeys(
+        ("token", "session_token", "aws_session_token", "aws_token", "aws_security_token"),
+        "aws_session_token",
+    ),
+    **dict.fromkeys(("endpoint_url", "endpoint", "aws_endpoint_url", "aws_endpoint"), "endpoint_url"),
+    **dict.fromkeys(("region", "region_name", "aws_region", "aws_default_region"), "region_name"),
+}
+#: Accepted and without effect: deltalake's switch for ``http://`` endpoints (kstore takes the
+#: scheme from the endpoint URL).
+_IGNORED_OPTION_KEYS = frozenset({"aws_allow_http", "allow_http"})
+_SECRET_ARGS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token"})
+_SECRET_QUERY = re.compile(r"(?i)(token|secret|key|password|signature|credential)")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: user info becomes ``***`` and query values that look
+    secret (``session_token=...``) become ``***``; use it in every message that names a URL.
+
+    >>> redact_url("s3://AKID:s3cr3t@host:9000/bkt?session_token=t&is_secure=false")
+    's3://***@host:9000/bkt?session_token=***&is_secure=false'
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    if "@" in rest:  # everything before the last "@" may be credentials, even unencoded ones
+        rest = "***" + rest[rest.rfind("@") :]
+    path, qmark, query = rest.partition("?")
+    if query:
+        pairs = []
+        for item in query.split("&"):
+            name, eq, _ = item.partition("=")
+            pairs.append(f"{name}=***" if eq and _SECRET_QUERY.search(name) else item)
+        query = "&".join(pairs)
+    return f"{scheme}://{path}{qmark}{query}"
+
+
+def _flag(value: str, name: str, url: str) -> bool:
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise StoreError(f"invalid S3 URL {redact_url(url)!r}: {name} must be true or false")
+
+
+def _parse_options(storage_options: Any) -> dict[str, Any]:
+    """Constructor arguments from a ``storage_options`` mapping (names keys, never values)."""
+    if storage_options is None:
+        return {}
+    if not isinstance(storage_options, Mapping):
+        raise InvalidArgumentError(
+            f"storage_options must be a dict of str to str, not {type(storage_options).__name__}"
+        )
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for name, value in storage_options.items():
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"storage_options key {name!r} is not a string")
+        low = name.lower()
+        if low in _IGNORED_OPTION_KEYS:
+            continue
+        target = STORAGE_OPTION_KEYS.get(low)
+        if target is None:
+            raise InvalidArgumentError(
+                f"unknown S3 storage_options key {name!r}; known keys: "
+                f"{sorted(set(STORAGE_OPTION_KEYS) | _IGNORED_OPTION_KEYS)} (any case)"
+            )
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError(
+                f"S3 storage_options key {name!r} must be a non-empty string, not "
+                f"{type(value).__name__ if value != '' else 'an empty string'}"
+            )
+        if target in out and out[target] != value:
+            raise InvalidArgumentError(
+                f"S3 storage_options keys {given[target]!r} and {name!r} give different values "
+                f"for {target}"
+            )
+        out[target] = value
+        given[target] = name
+    return out
 
 
 def _error_code(exc: Any) -> tuple[str, int | None]:
@@ -179,35 +295,129 @@ class S3Store:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3Store:
-        """Open ``s3://bucket[/prefix][?endpoint_url=...&region=...]``.
+        """Open ``s3://bucket[/prefix][?endpoint_url=...&region=...]`` or minimalkv's
+        ``s3://key:secret@host[:port]/bucket[/prefix][?is_secure=false...]``.
 
-        ``kwargs`` (``client``, credentials, ...) are passed on to the constructor.
+        ``kwargs`` (``client``, credentials, ...) are passed on to the constructor; the same
+        setting in the URL and in ``kwargs`` with different values is an error.
 
         >>> S3Store.from_url("s3://bkt/a/b?region=eu-west-1").region_name
         'eu-west-1'
+        >>> store = S3Store.from_url("s3://AKID:s3cr3t@127.0.0.1:9000/bkt-akid/p?is_secure=false")
+        >>> store.url, repr(store)
+        ('s3://bkt-akid/p?endpoint_url=http://127.0.0.1:9000', "S3Store('s3://bkt-akid/p?endpoint_url=http://127.0.0.1:9000')")
         """
-        parts = urllib.parse.urlsplit(url)
+        shown = redact_url(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError as exc:
+            raise StoreError(f"invalid S3 URL {shown!r}: cannot be parsed") from exc
         if parts.scheme != "s3" or not parts.netloc:
             raise StoreError(
-                f"invalid S3 URL {url!r}: expected s3://bucket[/prefix][?endpoint_url=...]"
+                f"invalid S3 URL {shown!r}: expected s3://bucket[/prefix][?endpoint_url=...]"
+            )
+        if shown != url and "@" not in parts.netloc:
+            raise StoreError(
+                f"invalid S3 URL {shown!r}: percent-encode the key and secret of "
+                "s3://key:secret@host/bucket (urllib.parse.quote_plus); a '/', '?' or '#' in "
+                "them ends the host part"
             )
         if parts.fragment:
-            raise StoreError(f"invalid S3 URL {url!r}: no '#' allowed")
+            raise StoreError(f"invalid S3 URL {shown!r}: no '#' allowed")
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
-        unknown = set(query) - _URL_QUERY_KEYS
+        if "@" in parts.netloc:
+            bucket, prefix, options = cls._minimalkv_options(url, parts, query)
+        else:
+            unknown = set(query) - _URL_QUERY_KEYS
+            if unknown:
+                raise StoreError(
+                    f"invalid S3 URL {shown!r}: unknown parameter(s) {sorted(unknown)}; "
+                    "use endpoint_url and region (credentials: storage_options or the environment)"
+                )
+            bucket, prefix, options = parts.netloc, parts.path, {}
+            if query.get("endpoint_url", [""])[-1]:
+                options["endpoint_url"] = query["endpoint_url"][-1]
+            region = (query.get("region") or query.get("region_name") or [""])[-1]
+            if region:
+                options["region_name"] = region
+        for name, value in kwargs.items():
+            if name in options and value is not None and options[name] != value:
+                raise InvalidArgumentError(
+                    f"S3 URL {shown!r} and the options give different values for {name}"
+                )
+        options.update({k: v for k, v in kwargs.items() if v is not None or k not in options})
+        return cls(bucket, prefix, **options)
+
+    @staticmethod
+    def _minimalkv_options(
+        url: str, parts: urllib.parse.SplitResult, query: dict[str, list[str]]
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Bucket, prefix and constructor arguments of ``s3://key:secret@host/bucket/prefix``."""
+        shown = redact_url(url)
+        unknown = set(query) - _MINIMALKV_QUERY_KEYS
         if unknown:
             raise StoreError(
-                f"invalid S3 URL {url!r}: unknown parameter(s) {sorted(unknown)}; "
-                "use endpoint_url and region (credentials come from the environment)"
+                f"invalid S3 URL {shown!r}: unknown parameter(s) {sorted(unknown)}; this "
+                f"minimalkv form takes {sorted(_MINIMALKV_QUERY_KEYS)}"
             )
-        options: dict[str, Any] = {}
-        if query.get("endpoint_url", [""])[-1]:
-            options["endpoint_url"] = query["endpoint_url"][-1]
-        region = (query.get("region") or query.get("region_name") or [""])[-1]
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        key, colon, secret = userinfo.partition(":")
+        key, secret = urllib.parse.unquote_plus(key), urllib.parse.unquote_plus(secret)
+        if not key or not colon or not secret:
+            raise StoreError(
+                f"invalid S3 URL {shown!r}: expected s3://key:secret@host[:port]/bucket[/prefix]"
+            )
+        bucket, _, prefix = parts.path.lstrip("/").partition("/")
+        if not bucket:
+            raise StoreError(f"invalid S3 URL {shown!r}: no bucket after the host")
+        last = {name: values[-1] for name, values in query.items()}
+        if _flag(last.get("force_bucket_suffix", "true"), "force_bucket_suffix", url):
+            if not bucket.lower().endswith("-" + key.lower()):
+                bucket += "-" + key.lower()
+        if "create_if_missing" in last:
+            _flag(last["create_if_missing"], "create_if_missing", url)
+        options: dict[str, Any] = {"aws_access_key_id": key, "aws_secret_access_key": secret}
+        try:
+            port = urllib.parse.urlsplit("//" + hostport).port
+            if port is not None and not 0 < port < 65536:
+                raise ValueError(port)
+        except ValueError as exc:
+            raise StoreError(f"invalid S3 URL {shown!r}: the port is not a number") from exc
+        if hostport:
+            secure = _flag(last.get("is_secure", "true"), "is_secure", url)
+            options["endpoint_url"] = ("https" if secure else "http") + "://" + hostport
+        region = last.get("region_name") or last.get("region")
         if region:
             options["region_name"] = region
-        options.update(kwargs)
-        return cls(parts.netloc, parts.path, **options)
+        if last.get("session_token"):
+            options["aws_session_token"] = last["session_token"]
+        return bucket, prefix, options
+
+    @classmethod
+    def from_options(
+        cls, url: str, storage_options: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> S3Store:
+        """Open an S3 URL (any form :meth:`from_url` takes) with pandas/deltalake-style
+        ``storage_options`` (see :data:`STORAGE_OPTION_KEYS`).
+
+        A setting given both in the URL and in the options must agree;
+        :class:`~kstore.errors.InvalidArgumentError` names the conflicting or unknown key,
+        never a value.
+
+        >>> store = S3Store.from_options(
+        ...     "s3://bkt/data",
+        ...     {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        ...      "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"},
+        ... )
+        >>> store.url
+        's3://bkt/data?endpoint_url=http://127.0.0.1:9000&region=eu-west-1'
+        """
+        options = _parse_options(storage_options)
+        for name in set(options) & set(kwargs):
+            if kwargs[name] is not None and kwargs[name] != options[name]:
+                raise InvalidArgumentError(f"storage_options and the arguments give different values for {name}")
+        options.update({k: v for k, v in kwargs.items() if v is not None})
+        return cls.from_url(url, **options)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle as URL + explicit credentials; the copy creates its own client lazily."""
@@ -339,6 +549,37 @@ class S3Store:
             raise self._store_error("delete", full_key, exc) from exc
         except BotoCoreError as exc:
             raise self._store_error("delete", full_key, exc) from exc
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove objects with ``DeleteObjects``, :data:`DELETE_BATCH` keys a request.
+
+        Missing keys are not an error. Every batch is sent; keys S3 reports it could not
+        delete (and those of failed requests) raise one :class:`StoreError` naming them.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from kstore.io.store import failed_deletes_error
+
+        full_keys = list(dict.fromkeys(self._full_key(k) for k in keys))  # validate all first
+        failed: list[tuple[str, str]] = []
+        for start in range(0, len(full_keys), DELETE_BATCH):
+            batch = full_keys[start : start + DELETE_BATCH]
+            try:
+                response = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                failed.extend((k, str(exc)) for k in batch)
+                continue
+            for error in response.get("Errors", ()):
+                if error.get("Code") in _NOT_FOUND_CODES:
+                    continue
+                failed.append((str(error.get("Key")), f"{error.get('Code')}: {error.get('Message')}"))
+        if failed:
+            raise failed_deletes_error(
+                failed, f" in bucket {self.bucket!r}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
+            )
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (one ``HeadObject``)."""

@@ -21,12 +21,20 @@ import pickle
 import threading
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, TypeAlias, Union, runtime_checkable
 
-from kstore.errors import InvalidArgumentError, StoreError
+from kstore.errors import InvalidArgumentError, InvalidKeyError, KstoreError, StoreError
 
-__all__ = ["Store", "StoreLike", "KeyValueStore", "open_store", "CountingStore", "store_factory"]
+__all__ = [
+    "Store",
+    "StoreLike",
+    "KeyValueStore",
+    "open_store",
+    "CountingStore",
+    "store_factory",
+    "delete_many",
+]
 
 
 @runtime_checkable
@@ -45,6 +53,10 @@ class Store(Protocol):
     - ``atomic_create`` (optional attribute, default True) says whether ``put_if_absent``
       is atomic across processes; kstore warns when several writers would need it.
     - ``url`` (read-only) is the URL that reopens the store, or None.
+    - ``delete_many(keys)`` (optional method) deletes several keys in few requests (S3:
+      ``DeleteObjects``, 1,000 keys a request); missing keys are no error, keys it could
+      not delete raise :class:`~kstore.errors.StoreError` naming them. Callers use
+      :func:`delete_many`, which loops over ``delete`` for stores without it.
 
     kstore's :class:`~kstore.io.LocalStore`, :class:`~kstore.io.MemoryStore`,
     :class:`~kstore.io.s3.S3Store`, :class:`~kstore.io.kv.KVStore` and
@@ -67,6 +79,44 @@ class Store(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def open(self, key: str) -> BinaryIO: ...
+
+
+def delete_many(store: Store, keys: Iterable[str]) -> None:
+    """Delete ``keys`` from ``store``: its ``delete_many`` where it has one (batched), else
+    ``delete`` key by key. Missing keys are not an error.
+
+    Every key is attempted; keys that could not be deleted raise one
+    :class:`~kstore.errors.StoreError` that names them.
+
+    >>> from kstore.io.memory import MemoryStore
+    >>> s = MemoryStore(); s.put("a", b"1"); s.put("b", b"2")
+    >>> delete_many(s, ["a", "b", "missing"]); sorted(s.iter_prefix(""))
+    []
+    """
+    keys = list(keys)
+    if not keys:
+        return
+    batched = getattr(store, "delete_many", None)
+    if callable(batched):
+        batched(keys)
+        return
+    failed: list[tuple[str, BaseException]] = []
+    for key in keys:
+        try:
+            store.delete(key)
+        except InvalidKeyError:
+            raise
+        except (KstoreError, OSError) as exc:
+            failed.append((key, exc))
+    if failed:
+        raise failed_deletes_error(failed)
+
+
+def failed_deletes_error(failed: Sequence[tuple[str, Any]], where: str = "") -> StoreError:
+    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them)."""
+    shown = ", ".join(f"{key!r} ({why})" for key, why in failed[:10])
+    more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+    return StoreError(f"could not delete {len(failed)} key(s){where}: {shown}{more}")
 
 
 class KeyValueStore(Protocol):
@@ -95,12 +145,17 @@ def _is_kv_store(obj: Any) -> bool:
     return all(hasattr(obj, m) for m in ("get", "put", "delete", "iter_keys", "keys"))
 
 
-def _from_url(url: str) -> Store:
+def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Store:
     from kstore.io.local import LocalStore
     from kstore.io.memory import MemoryStore
+    from kstore.io.s3 import redact_url
 
     if "\x00" in url:
-        raise InvalidArgumentError(f"store URL or path {url!r} contains a NUL byte")
+        raise InvalidArgumentError(f"store URL or path {redact_url(url)!r} contains a NUL byte")
+    if storage_options and not url.startswith("s3://"):
+        raise InvalidArgumentError(
+            f"storage_options apply to s3:// URLs only, not to {redact_url(url)!r}"
+        )
     if url.startswith("memory://"):
         return MemoryStore.named(url[len("memory://") :] or "default")
     if url.startswith("file:"):
@@ -111,18 +166,33 @@ def _from_url(url: str) -> Store:
     if url.startswith("s3://"):
         from kstore.io.s3 import S3Store
 
-        return S3Store.from_url(url)
+        return S3Store.from_options(url, storage_options)
     if "://" not in url:
         return LocalStore(url)
     try:
         import minimalkv
     except ImportError as exc:  # pragma: no cover - minimalkv is a dependency
-        raise StoreError(f"store URL {url!r} needs minimalkv") from exc
+        raise StoreError(f"store URL {redact_url(url)!r} needs minimalkv") from exc
     try:
         kv = minimalkv.get_store_from_url(url)
     except Exception as exc:  # minimalkv raises many kinds for bad URLs
-        raise StoreError(f"cannot open store URL {url!r}: {exc}") from exc
-    return _adapt_kv(kv, url)
+        raise StoreError(
+            f"cannot open store URL {redact_url(url)!r}: {_scrub(str(exc), url)}"
+        ) from exc
+    return _adapt_kv(kv, url if redact_url(url) == url else None)
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` with the credentials of ``url`` (its user info) replaced by ``***``."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    if "@" not in netloc:
+        return text
+    userinfo = netloc.rpartition("@")[0]
+    parts = {userinfo, *userinfo.split(":")}
+    parts |= {urllib.parse.unquote_plus(p) for p in parts}
+    for part in sorted((p for p in parts if p), key=len, reverse=True):
+        text = text.replace(part, "***")
+    return text
 
 
 def _file_url_path(url: str) -> str:
@@ -151,21 +221,32 @@ def _adapt_kv(kv: Any, url: str | None = None) -> Store:
     return KVStore(kv, url=url)
 
 
-def open_store(store: StoreLike) -> Store:
+def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = None) -> Store:
     """Turn a URL, a store object or a zero-argument factory into a :class:`Store`.
 
     Accepted: ``"memory://name"``, ``"file:///path"`` or a plain path, ``"s3://bucket/prefix"``
-    (the ``s3`` extra), kartothek-style ``"hfs://..."`` / ``"hmemory://"`` and any other
-    minimalkv URL, a kstore :class:`Store`, any simplekv/minimalkv store, or a factory
-    returning one of these (so distributed workers can rebuild it).
+    (the ``s3`` extra; also minimalkv's ``"s3://key:secret@host/bucket"``), kartothek-style
+    ``"hfs://..."`` / ``"hmemory://"`` and any other minimalkv URL, a kstore :class:`Store`,
+    any simplekv/minimalkv store, or a factory returning one of these (so distributed
+    workers can rebuild it).
+
+    ``storage_options`` (S3 URLs only) are credentials, endpoint and region as in pandas and
+    deltalake: ``{"key": ..., "secret": ..., "endpoint_url": ...}`` or
+    ``{"AWS_ACCESS_KEY_ID": ..., "AWS_SECRET_ACCESS_KEY": ..., "AWS_ENDPOINT_URL": ...,
+    "AWS_REGION": ...}`` (:data:`kstore.io.s3.STORAGE_OPTION_KEYS`). Pass the store this
+    returns to any kstore function; it pickles with its credentials for Dask/Spark workers.
     """
     if isinstance(store, str):
-        return _from_url(store)
+        return _from_url(store, storage_options)
     if isinstance(store, os.PathLike):
         path = os.fspath(store)
         if not isinstance(path, str):
             raise StoreError("cannot use a bytes path as a store; pass a str path")
-        return _from_url(path)
+        return _from_url(path, storage_options)
+    if storage_options:
+        raise InvalidArgumentError(
+            f"storage_options apply to s3:// URLs only, not to a {type(store).__name__}"
+        )
     if isinstance(store, Store) and hasattr(store, "put_if_absent"):
         return store
     if _is_kv_store(store):
@@ -184,8 +265,12 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
     URLs and picklable objects travel as they are; an unpicklable store raises
     :class:`StoreError` here, on the client, not later on a worker.
     """
-    if isinstance(store, str):
+    from kstore.io.s3 import redact_url
+
+    if isinstance(store, str) and redact_url(store) == store:
         return _UrlFactory(store)
+    # a URL with credentials travels as the opened store (S3Store pickles its credentials
+    # apart from its URL), so no factory's repr shows them
     opened = open_store(store)
     url = getattr(opened, "url", None)
     if url and url.startswith("memory://"):
@@ -270,6 +355,15 @@ class CountingStore:
     def delete(self, key: str) -> None:
         self._count("delete", key)
         self.inner.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Counted once as ``delete_many`` (and each key in :attr:`keys`); the inner store's
+        batched delete where it has one."""
+        keys = list(keys)
+        with self._lock:
+            self.calls["delete_many"] += 1
+            self.keys.extend(("delete_many", k) for k in keys)
+        delete_many(self.inner, keys)
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
         self._count("iter_prefix", prefix)

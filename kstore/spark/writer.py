@@ -152,6 +152,7 @@ def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
     different, empty store on every executor.
     """
     from kstore.io.memory import MemoryStore
+    from kstore.io.s3 import S3Store
 
     if isinstance(store, _StoreFactory):
         return store
@@ -163,6 +164,8 @@ def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
             "Spark executors run in separate Python processes, so a memory store cannot be shared "
             "with them; use a local directory, file://, s3:// or another shared store"
         )
+    if isinstance(opened, S3Store):  # pickles as its URL plus any explicit credentials
+        return store_factory(opened)
     url = getattr(opened, "url", None)
     if isinstance(url, str) and url:
         return store_factory(url)

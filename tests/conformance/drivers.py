@@ -93,7 +93,7 @@ def write(writer: str, engines: Engines, url: str, uuid: str, source: pa.Table, 
         import kstore.dask as kd
 
         with dask.config.set(scheduler=engines.client if writer == "dask_distributed" else "threads"):
-            kd.store_dataset(_dask_frame(source), url, uuid, partition_on=pon, secondary_indices=idx)
+            kd.store_dataset(url, uuid, _dask_frame(source), partition_on=pon, secondary_indices=idx)
     elif writer == "spark_store_dataset":
         import kstore.spark as ks
 

@@ -46,7 +46,7 @@ def _dask_ns(engines: Any, url: str) -> Any:
 
     ddf = dd.from_pandas(pd.concat([_ns_frame()] * 3, ignore_index=True), npartitions=3)
     with dask.config.set(scheduler="threads"):
-        return kd.store_dataset(ddf, url, "refused")
+        return kd.store_dataset(url, "refused", ddf)
 
 
 def _dask_memory_on_processes(engines: Any, url: str) -> Any:
@@ -56,8 +56,7 @@ def _dask_memory_on_processes(engines: Any, url: str) -> Any:
     import kstore.dask as kd
 
     with dask.config.set(scheduler=engines.client):
-        return kd.store_dataset(dd.from_pandas(pd.DataFrame({"x": [1]}), npartitions=1),
-                                "memory://conformance-refusal", "refused")
+        return kd.store_dataset("memory://conformance-refusal", "refused", dd.from_pandas(pd.DataFrame({"x": [1]}), npartitions=1))
 
 
 def _spark_write(ddl: str, rows: list | None = None, store: str | None = None) -> Callable[[Any, str], Any]:

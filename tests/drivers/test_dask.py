@@ -136,7 +136,7 @@ class OpenLogFactory:
 
 def test_round_trip(scheduler, url):
     df = frame()
-    meta = kd.store_dataset(ddf_of(df), url, UUID, partition_on=["p"], secondary_indices=["x"])
+    meta = kd.store_dataset(url, UUID, ddf_of(df), partition_on=["p"], secondary_indices=["x"])
     assert meta.version == 0 and meta.partition_keys == ("p",)
     assert set(meta.indices) == {"x"}
     # no shuffle: every Dask partition writes one file per value it holds
@@ -159,7 +159,7 @@ def test_round_trip(scheduler, url):
 
 def test_meta_matches_each_partition_with_projection_and_predicates(url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p", "b"])
+        kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p", "b"])
         ddf = kd.read_dataset(url, UUID, columns=["n", "p", "d"], predicates=[[("x", ">", 3)]])
         assert list(ddf.columns) == ["n", "p", "d"]
         for part in ddf.to_delayed():
@@ -172,7 +172,7 @@ def test_meta_matches_each_partition_with_projection_and_predicates(url):
 
 def test_written_files_are_plain_parquet_without_partition_columns(url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame(), 2), url, UUID, partition_on="p", shuffle=True)
+        kd.store_dataset(url, UUID, ddf_of(frame(), 2), partition_on="p", shuffle=True)
     st = kstore.open_store(url)
     rows = 0
     for key in data_keys(url):
@@ -188,7 +188,7 @@ def test_written_files_are_plain_parquet_without_partition_columns(url):
 
 
 def test_shuffle_writes_one_file_per_partition_value(scheduler, url):
-    kd.store_dataset(ddf_of(frame(), 4), url, UUID, partition_on=["p"], shuffle=True)
+    kd.store_dataset(url, UUID, ddf_of(frame(), 4), partition_on=["p"], shuffle=True)
     assert files_per_value(url) == {"p=a": 1, "p=b": 1, "p=c%20d": 1}
     assert len(data_keys(url)) == 3
     got = kd.read_dataset(url, UUID).compute()
@@ -197,7 +197,7 @@ def test_shuffle_writes_one_file_per_partition_value(scheduler, url):
 
 def test_bucketed_shuffle_writes_one_file_per_bucket(scheduler, url):
     df = frame()
-    kd.store_dataset(ddf_of(df, 4), url, UUID, partition_on=["p"], secondary_indices=["x"], shuffle=True,
+    kd.store_dataset(url, UUID, ddf_of(df, 4), partition_on=["p"], secondary_indices=["x"], shuffle=True,
                      bucket_by="x", num_buckets=3)
     bucket = pd.util.hash_pandas_object(df[["x"]], index=False).to_numpy() % np.uint64(3)
     expected = Counter()
@@ -224,7 +224,7 @@ def test_shuffle_with_empty_partitions_and_object_dates(scheduler, url):
     df["day"] = [dt.date(2024, 1, 1 + i % 2) for i in range(40)]  # object dtype: datetime.date
     with dask.config.set({"dataframe.convert-string": False}):  # else Dask makes the dates strings
         ddf = ddf_of(df, 6)
-    kd.store_dataset(ddf, url, UUID, partition_on=["day"], shuffle=True)
+    kd.store_dataset(url, UUID, ddf, partition_on=["day"], shuffle=True)
     assert files_per_value(url, "day") == {"day=2024-01-01": 1, "day=2024-01-02": 1}
     assert str(kstore.read_schema(url, UUID).field("day").type) == "date32[day]"
     got = kd.read_dataset(url, UUID, predicates=[[("day", "==", dt.date(2024, 1, 2))]]).compute()
@@ -234,11 +234,11 @@ def test_shuffle_with_empty_partitions_and_object_dates(scheduler, url):
 def test_bucket_arguments_are_checked(url):
     ddf = ddf_of(frame())
     with pytest.raises(InvalidArgumentError, match="shuffle=True"):
-        kd.store_dataset(ddf, url, UUID, partition_on="p", bucket_by="x", num_buckets=2)
+        kd.store_dataset(url, UUID, ddf, partition_on="p", bucket_by="x", num_buckets=2)
     with pytest.raises(InvalidArgumentError, match="num_buckets"):
-        kd.store_dataset(ddf, url, UUID, partition_on="p", shuffle=True, bucket_by="x")
+        kd.store_dataset(url, UUID, ddf, partition_on="p", shuffle=True, bucket_by="x")
     with pytest.raises(ColumnNotFoundError, match="nope"):
-        kd.store_dataset(ddf, url, UUID, partition_on="p", shuffle=True, bucket_by="nope", num_buckets=2)
+        kd.store_dataset(url, UUID, ddf, partition_on="p", shuffle=True, bucket_by="nope", num_buckets=2)
     assert not kstore.open_store(url).exists(f"{UUID}.by-dataset-metadata.json")
 
 
@@ -251,7 +251,7 @@ def test_predicates_are_planned_on_the_client(scheduler, tmp_path):
     root = str(tmp_path / "logged")
     factory = OpenLogFactory(root, str(tmp_path / "opens.log"))
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame(), 4), "file://" + root, UUID, partition_on=["p"], secondary_indices=["x"],
+        kd.store_dataset("file://" + root, UUID, ddf_of(frame(), 4), partition_on=["p"], secondary_indices=["x"],
                          shuffle=True, bucket_by="x", num_buckets=7)
     all_files = data_keys("file://" + root)
     df = frame()
@@ -273,7 +273,7 @@ def test_predicates_are_planned_on_the_client(scheduler, tmp_path):
 
 def test_column_projection_reaches_the_parquet_read(monkeypatch, url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p"])
+        kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p"])
         seen = []
         real = kd.read_task
 
@@ -292,7 +292,7 @@ def test_column_projection_reaches_the_parquet_read(monkeypatch, url):
 
 
 def test_dispatch_by_partition_column(scheduler, url):
-    kd.store_dataset(ddf_of(frame(), 4), url, UUID, partition_on=["p", "b"])
+    kd.store_dataset(url, UUID, ddf_of(frame(), 4), partition_on=["p", "b"])
     ddf = kd.read_dataset(url, UUID, dispatch_by=["p"])
     assert ddf.npartitions == 3
     parts = [part.compute() for part in ddf.to_delayed()]
@@ -377,7 +377,7 @@ def _plain(v):
 @pytest.mark.parametrize("pred", [None, [[("x", ">", 3)]], [[("p", "==", "b")]]])
 def test_no_columns_counts_rows(scheduler, url, pred):
     df = frame()
-    kd.store_dataset(ddf_of(df), url, UUID, partition_on=["p"])
+    kd.store_dataset(url, UUID, ddf_of(df), partition_on=["p"])
     ddf = kd.read_dataset(url, UUID, columns=[], predicates=pred)
     want = len(df) if pred is None else int(((df.x > 3) if pred[0][0][0] == "x" else (df.p == "b")).sum())
     assert list(ddf.columns) == [] and len(ddf) == want
@@ -386,7 +386,7 @@ def test_no_columns_counts_rows(scheduler, url, pred):
 
 def test_read_with_nothing_planned_is_empty_with_meta(url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p"])
+        kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p"])
         ddf = kd.read_dataset(url, UUID, columns=["id", "n"], predicates=[[("p", "==", "zz")]])
         got = ddf.compute()
     assert len(got) == 0 and got.dtypes.to_dict() == {"id": np.dtype("int64"), "n": pd.Int64Dtype()}
@@ -394,8 +394,8 @@ def test_read_with_nothing_planned_is_empty_with_meta(url):
 
 def test_time_travel_reads_an_older_version(url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p"])
-        kd.update_dataset(ddf_of(frame(30, start=N), 1), url, UUID)
+        kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p"])
+        kd.update_dataset(url, UUID, ddf_of(frame(30, start=N), 1))
         assert len(kd.read_dataset(url, UUID).compute()) == N + 30
         assert len(kd.read_dataset(url, UUID, version=0).compute()) == N
 
@@ -407,20 +407,20 @@ def test_time_travel_reads_an_older_version(url):
 
 def test_modes(url):
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p"], secondary_indices=["x"])
+        kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p"], secondary_indices=["x"])
         with pytest.raises(DatasetExistsError):
-            kd.store_dataset(ddf_of(frame()), url, UUID, partition_on=["p"])
-        m = kd.store_dataset(ddf_of(frame(30)), url, UUID, partition_on=["p"], secondary_indices="x",
+            kd.store_dataset(url, UUID, ddf_of(frame()), partition_on=["p"])
+        m = kd.store_dataset(url, UUID, ddf_of(frame(30)), partition_on=["p"], secondary_indices="x",
                              mode="overwrite")
         assert m.version == 1 and len(kd.read_dataset(url, UUID).compute()) == 30
-        m = kd.store_dataset(ddf_of(frame(30, start=30)), url, UUID, mode="append")
+        m = kd.store_dataset(url, UUID, ddf_of(frame(30, start=30)), mode="append")
         assert m.version == 2 and set(m.indices) == {"x"}  # the existing index is kept up to date
         assert len(kstore.read_dataset(url, UUID, predicates=[[("x", "==", 1)]])) == len(
             [i for i in range(60) if i % 7 == 1])
         # overwrite_partitions: replace only the values the new data has
         new = frame(6, start=1000)
         new = new[new.p == "a"]
-        m = kd.update_dataset(ddf_of(new, 1), url, UUID, mode="overwrite_partitions")
+        m = kd.update_dataset(url, UUID, ddf_of(new, 1), mode="overwrite_partitions")
         assert m.version == 3
         got = kd.read_dataset(url, UUID).compute()
     assert sorted(got.loc[got.p == "a", "id"]) == sorted(new["id"])
@@ -441,11 +441,11 @@ def test_one_commit_per_write_and_transactions_are_idempotent(monkeypatch, url):
 
     monkeypatch.setattr(kstore.blocks.job, "commit", counting)
     with dask.config.set(scheduler="threads"):
-        kd.store_dataset(ddf_of(frame(), 6), url, UUID, partition_on=["p"], secondary_indices=["x"])
+        kd.store_dataset(url, UUID, ddf_of(frame(), 6), partition_on=["p"], secondary_indices=["x"])
         assert commits == ["create"]
-        first = kd.update_dataset(ddf_of(frame(30, start=N), 3), url, UUID, txn=("job", 1))
+        first = kd.update_dataset(url, UUID, ddf_of(frame(30, start=N), 3), txn=("job", 1))
         keys = data_keys(url)
-        again = kd.update_dataset(ddf_of(frame(30, start=N), 3).map_partitions(_fail_in_partition), url, UUID,
+        again = kd.update_dataset(url, UUID, ddf_of(frame(30, start=N), 3).map_partitions(_fail_in_partition),
                                   txn=("job", 1))
     assert commits == ["create", "append"]
     assert again.version == first.version == 1 and data_keys(url) == keys
@@ -461,22 +461,22 @@ def test_arguments_and_schema_are_checked_before_computing(url):
     with dask.config.set(scheduler="threads"):
         ddf = ddf_of(frame()).map_partitions(spy, meta=frame().iloc[:0])
         with pytest.raises(ColumnNotFoundError, match="nope"):
-            kd.store_dataset(ddf, url, UUID, partition_on=["nope"])
+            kd.store_dataset(url, UUID, ddf, partition_on=["nope"])
         with pytest.raises(ColumnNotFoundError, match="missing"):
-            kd.store_dataset(ddf, url, UUID, secondary_indices=["missing"])
+            kd.store_dataset(url, UUID, ddf, secondary_indices=["missing"])
         with pytest.raises(InvalidArgumentError, match="mode"):
-            kd.store_dataset(ddf, url, UUID, mode="upsert")
+            kd.store_dataset(url, UUID, ddf, mode="upsert")
         with pytest.raises(InvalidArgumentError, match="dask.dataframe"):
-            kd.store_dataset(frame(), url, UUID)
+            kd.store_dataset(url, UUID, frame())
         assert calls == []
         assert not kstore.open_store(url).exists(f"{UUID}.by-dataset-metadata.json")
         kstore.store_dataset(url, UUID, frame(10), partition_on=["p"])
         bad = ddf_of(frame().assign(v=lambda d: d["v"].astype(str)))
         bad = bad.map_partitions(spy, meta=bad._meta)
         with pytest.raises(SchemaMismatchError, match="'v'"):
-            kd.update_dataset(bad, url, UUID)
+            kd.update_dataset(url, UUID, bad)
         with pytest.raises(InvalidArgumentError, match="partitioned on"):
-            kd.update_dataset(ddf, url, UUID, partition_on=["s"])
+            kd.update_dataset(url, UUID, ddf, partition_on=["s"])
     assert calls == []
     assert kstore.load_metadata(url, UUID).version == 0
 
@@ -498,7 +498,7 @@ def test_dask_append_and_eager_appends_both_land(client, url):
     def dask_append():
         try:
             with dask.config.set(scheduler=client):
-                kd.update_dataset(ddf_of(frame(60, start=1000), 4).map_partitions(_slow), url, UUID)
+                kd.update_dataset(url, UUID, ddf_of(frame(60, start=1000), 4).map_partitions(_slow))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -556,7 +556,7 @@ def test_a_failing_task_commits_nothing(scheduler, url, where):
     else:
         ddf, error = ddf_of(_null_partition_values(frame()), 4).map_partitions(_delay_last), InvalidArgumentError
     with pytest.raises(error):
-        kd.update_dataset(ddf, url, UUID)
+        kd.update_dataset(url, UUID, ddf)
     meta = kstore.load_metadata(url, UUID)
     assert meta.version == 0 and len(kstore.history(url, UUID)) == 1
     assert {meta.file_key(lab) for lab in meta.partitions} == before_keys
@@ -570,7 +570,7 @@ def test_partitions_disagreeing_on_a_type_commit_nothing(scheduler, url):
     parts = [df.iloc[:120], df.iloc[120:].assign(x=lambda d: d["x"].astype(float))]
     ddf = dd.from_delayed([dask.delayed(p) for p in parts], meta=df.iloc[:0], verify_meta=False)
     with pytest.raises(SchemaMismatchError, match="'x'"):
-        kd.store_dataset(ddf, url, UUID, partition_on=["p"])
+        kd.store_dataset(url, UUID, ddf, partition_on=["p"])
     assert data_keys(url) == set()
     assert not kstore.open_store(url).exists(f"{UUID}.by-dataset-metadata.json")
 
@@ -584,16 +584,16 @@ def test_in_process_stores_and_process_workers(client, url):
     name = f"memory://dask-{os.getpid()}-{time.time_ns()}"
     with dask.config.set(scheduler=client):
         with pytest.raises(StoreError, match="memory store"):
-            kd.store_dataset(ddf_of(frame()), name, UUID)
+            kd.store_dataset(name, UUID, ddf_of(frame()))
         with pytest.raises(StoreError, match="pickled"):
-            kd.store_dataset(ddf_of(frame()), MemoryStore(), UUID)
+            kd.store_dataset(MemoryStore(), UUID, ddf_of(frame()))
         # a directory URL or a picklable factory works
-        kd.store_dataset(ddf_of(frame()), OpenLogFactory(url[len("file://"):], os.devnull), UUID)
+        kd.store_dataset(OpenLogFactory(url[len("file://"):], os.devnull), UUID, ddf_of(frame()))
         assert len(kd.read_dataset(url, UUID).compute()) == N
     kstore.store_dataset(name, UUID, frame(10))
     with dask.config.set(scheduler=client), pytest.raises(StoreError, match="memory store"):
         kd.read_dataset(name, UUID)
     with dask.config.set(scheduler="threads"):  # in-process workers see the memory store
         assert len(kd.read_dataset(name, UUID).compute()) == 10
-        kd.update_dataset(ddf_of(frame(5, start=10), 1), name, UUID)
+        kd.update_dataset(name, UUID, ddf_of(frame(5, start=10), 1))
         assert sorted(kd.read_dataset(name, UUID).compute()["id"]) == list(range(15))

@@ -230,11 +230,11 @@ def test_dask_and_text_options(tmp_path):
     url = "file://" + str(tmp_path / "d")
     df = frame(3000)
     with dask.config.set(scheduler="threads"):
-        kstore.dask.store_dataset(dd.from_pandas(df, npartitions=2), url, UUID, partition_on="day",
+        kstore.dask.store_dataset(url, UUID, dd.from_pandas(df, npartitions=2), partition_on="day",
                                   write_options=WriteOptions.from_text({"compression": "gzip", "row_group_size": "300"}),
                                   sort_by=["location"])
         with pytest.raises(ColumnNotFoundError, match="sort_by"):
-            kstore.dask.update_dataset(dd.from_pandas(df, npartitions=2), url, UUID, sort_by=["nope"])
+            kstore.dask.update_dataset(url, UUID, dd.from_pandas(df, npartitions=2), sort_by=["nope"])
     for pf in data_files(url):
         assert column_chunk(pf, 0, "location").compression == "GZIP"
         assert pf.metadata.row_group(0).num_rows <= 300
