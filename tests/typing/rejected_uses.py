@@ -53,5 +53,5 @@ bad_term: Predicates = [[(1, "==", 2)]]  # E: list-item
 bad_as_of: AsOf = 1700000000  # E: assignment
 kstore.read_dataset(42, "d")  # E: call-overload
 kstore.plan_read("memory://x", "d", as_of=3.5)  # E: arg-type
-kstore.history(local, "d", version=1)  # E: call-arg
+kstore.history(local, "d", version=1)  # E: call-overload
 n: str = kstore.delete_dataset(local, "d")  # E: assignment
