@@ -30,7 +30,7 @@ from kstore.blocks.job import (
     prepare_write,
 )
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
-from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired, resolve_metadata
+from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired
 from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version
@@ -163,10 +163,6 @@ def update_dataset(
         return job.existing  # re-submitted transaction: nothing to do
     files, schema = write_files(job, data) if data is not None else ([], None)
     return finish_write(job, files, schema)
-
-
-def _resolve_meta(st: Store, dataset_uuid: str, version: int | None, as_of: AsOf = None) -> DatasetMetadata:
-    return resolve_metadata(st, dataset_uuid, as_version(version), as_timestamp(as_of) if as_of is not None else None)
 
 
 def open_dataset(store: StoreLike, dataset_uuid: str, *, version: int | None = None, as_of: AsOf = None) -> Snapshot:
@@ -399,13 +395,12 @@ def iter_dataset(
 
 def load_metadata(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> DatasetMetadata:
     """The dataset's metadata (current, or a retained ``version``)."""
-    return _resolve_meta(open_store(store), dataset_uuid, version)
+    return open_dataset(store, dataset_uuid, version=version).metadata
 
 
 def read_schema(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> pa.Schema:
     """The dataset's normalized schema (as ``_common_metadata`` holds it)."""
-    st = open_store(store)
-    return load.load_schema(st, _resolve_meta(st, dataset_uuid, version))
+    return open_dataset(store, dataset_uuid, version=version).schema()
 
 
 def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -> list[str]:

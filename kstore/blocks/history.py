@@ -45,13 +45,8 @@ class Diff:
 
 
 def _entries(store: Store, dataset_uuid: str) -> list[LogEntry]:
-    out = []
-    for v in log_versions(store, dataset_uuid):
-        try:
-            out.append(load.load_entry(store, dataset_uuid, v))
-        except VersionNotFoundError:
-            continue  # expired by a concurrent garbage collection
-    return out
+    entries = (_entry_or_none(store, dataset_uuid, v) for v in log_versions(store, dataset_uuid))
+    return [e for e in entries if e is not None]
 
 
 def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[HistoryEntry]:
@@ -90,6 +85,7 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
 
 
 def _entry_or_none(store: Store, dataset_uuid: str, version: int) -> LogEntry | None:
+    """The entry, or None when a concurrent garbage collection expired it meanwhile."""
     try:
         return load.load_entry(store, dataset_uuid, version)
     except VersionNotFoundError:
