@@ -91,7 +91,8 @@ def read_task(
             physical = fragment.physical_schema
             present = [c for c in data_cols if c in physical.names]
             expr = to_expression(task.residual, rschema) if task.residual else None
-            can_push = expr is not None and all(c in physical.names for c in residual_cols)
+            can_push = (expr is not None and all(c in physical.names for c in residual_cols)
+                        and nan_safe(task.residual, rschema))
             try:
                 table = fragment.to_table(columns=present, filter=expr if can_push else None)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
@@ -137,6 +138,21 @@ def concat_tables(tables: Sequence[pa.Table]) -> pa.Table:
 MULTI_FILE_SCAN = True
 
 
+def nan_safe(dnf: Any, schema: pa.Schema) -> bool:
+    """Whether Parquet row-group statistics may prune for ``dnf``: not when a term is ``!=``
+    or ``not in`` on a floating-point column. Parquet's min/max leave NaN out, so a row group
+    holding only ``1.5`` and NaN claims ``min == max == 1.5`` and Arrow's pruning drops it for
+    ``x != 1.5``, although NaN != 1.5 is true. Such filters are applied after reading.
+    """
+    for conj in dnf or ():
+        for t in conj:
+            if t.op in ("!=", "not in"):
+                i = schema.get_field_index(t.column)
+                if i >= 0 and pat.is_floating(schema.field(i).type):
+                    return False
+    return True
+
+
 def _local_paths(store: Store, plan: ReadPlan) -> list[str] | None:
     """The files of the plan's tasks when ``store`` is a plain :class:`LocalStore`
     (its ``open`` not overridden), else None."""
@@ -169,6 +185,8 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
             return None
         if any(v is None for _, v in t.partition_values):
             return None
+    if residual and not nan_safe(residual, read_schema(plan.schema)):
+        return None  # the per-file path filters after reading (see nan_safe)
     paths = _local_paths(store, plan)
     if paths is None:
         return None

@@ -1405,3 +1405,15 @@ def test_read_opens_only_planned_files(budget_store):
     assert sorted(out["k"]) == expected
     assert counting.calls["open"] == len(expected)
     assert [k for m, k in counting.keys if m == "iter_prefix"] == [naming.log_prefix("budget")]
+
+
+@pytest.mark.parametrize("op, value", [("!=", 1.5), ("not in", [1.5])])
+def test_nan_rows_survive_row_group_pruning(store_url, op, value):
+    """Parquet min/max leave NaN out: a file of 1.5, NaN and null says min == max == 1.5,
+    and Arrow's row-group pruning would drop it for ``x != 1.5`` (conformance suite find)."""
+    df = pa.table({"p": ["a", "a", "a", "b"], "x": pa.array([1.5, float("nan"), None, 2.0], pa.float32()),
+                   "id": [0, 1, 2, 3]})  # Arrow keeps NaN and null apart (pandas would merge them)
+    kstore.store_dataset(store_url, "nan", df, partition_on=["p"])
+    got = kstore.read_dataset(store_url, "nan", predicates=[[("x", op, value)]])
+    assert sorted(got["id"]) == [1, 3]
+    assert sorted(kstore.read_table(store_url, "nan", ["id"], [[("x", op, value)]]).column("id").to_pylist()) == [1, 3]
