@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kstore import __version__
 from kstore.blocks import load
@@ -41,17 +42,16 @@ from kstore.blocks.read import index_from_store
 from kstore.blocks.write import (
     WrittenFile,
     common_metadata_bytes,
-    index_from_files,
     write_index_file,
-    write_stats_file,
 )
 from kstore.core import naming, runtime, serialize
+from kstore.core.filetable import IDX, file_rows
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import AddedFile, Operation, apply, check
-from kstore.core.stats import merge_stats_tables, stats_table
+from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_bytes, encode_actions, main_file_bytes
 from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
 from kstore.errors import (
     CommitConflictError,
@@ -65,7 +65,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store
 
-__all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms"]
+__all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms", "write_checkpoint"]
 
 #: A commit claims a version only on a log listing younger than this. Log entries are never
 #: deleted before :data:`~kstore.core.log.LOG_MIN_AGE`, so the number it claims cannot have
@@ -117,76 +117,6 @@ def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, 
     if merged.equals(base_schema, check_metadata=False):
         return base_schema
     return with_pandas_metadata(merged, schema_pandas_metadata(base_schema) or schema_pandas_metadata(new))
-
-
-def _build_indices(
-    store: Store,
-    base: DatasetMetadata | None,
-    new: DatasetMetadata,
-    op: Operation,
-    files: Sequence[WrittenFile],
-    schema: pa.Schema,
-    prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
-    written: list[str],
-) -> dict[str, str]:
-    """Index keys of the new version; appends each key it writes to ``written`` (to undo).
-
-    Every index of the new version covers exactly its partitions: indices of the base are
-    updated incrementally (removed labels dropped, new files merged); partitions a
-    concurrent commit added that no index source covers are read back from the store.
-    """
-    wanted = [c for c in dict.fromkeys(tuple(new.indices) + tuple(new.inline_indices) + op.index_columns)
-              if c not in new.partition_keys and c not in op.drop_index_columns]
-    keys: dict[str, str] = {}
-    current = set(new.partitions)
-    by_label = {f.label: f for f in files}
-    for col in wanted:
-        if col not in schema.names:
-            raise InvalidArgumentError(f"dataset {new.uuid!r}: cannot index column {col!r}: no such column")
-        vtype = index_storage_type(schema.field(col).type)
-        base_has = base is not None and not op.creates and (col in base.indices or col in base.inline_indices)
-        if col in prebuilt:
-            idx, covered = prebuilt[col]
-        elif base_has:
-            assert base is not None
-            changed = bool(op.remove) or bool(files)
-            if not changed and col in base.indices:
-                keys[col] = base.indices[col]
-                continue
-            idx = load.load_index(store, base, col, schema)
-            covered = frozenset(base.partitions)
-        else:
-            idx, covered = ColumnIndex.empty(col, vtype), frozenset()
-        stale = sorted(lab for lab in covered if lab not in current)
-        if stale:
-            idx = idx.drop_labels(stale)
-        missing = sorted(lab for lab in current if lab not in covered)
-        with_values = [by_label[lab] for lab in missing if lab in by_label and col in by_label[lab].index_values]
-        if with_values:
-            idx = idx.merge(index_from_files(col, with_values, vtype))
-        unread = [lab for lab in missing if not (lab in by_label and col in by_label[lab].index_values)]
-        if unread:
-            if len(unread) > 1000 and not base_has and col not in prebuilt and op.kind != "build_indices":
-                raise InvalidArgumentError(
-                    f"dataset {new.uuid!r} has no index on {col!r} yet; build it first with "
-                    f"build_indices(store, {new.uuid!r}, [{col!r}])"
-                )
-            idx = idx.merge(index_from_store(store, new, unread, col, vtype))
-        key = write_index_file(store, new.uuid, idx)
-        keys[col] = key
-        written.append(key)
-    return keys
-
-
-def _build_stats(store: Store, base: DatasetMetadata | None, op: Operation,
-                 files: Sequence[WrittenFile], schema: pa.Schema) -> pa.Table | None:
-    if not files and not op.remove and base is not None and not op.creates:
-        return None  # unchanged
-    new = stats_table([f.label for f in files], [f.stats for f in files], schema)
-    if op.creates or base is None:
-        return new
-    old = load.load_stats(store, base)
-    return merge_stats_tables(old, new, op.remove)
 
 
 def commit(
@@ -257,6 +187,8 @@ def commit(
         if on_claimed is not None:
             on_claimed()
         _publish(store, staged, head)
+        if staged.checkpoint and staged.meta is not None:
+            write_checkpoint(store, staged.meta)
         return Committed(staged.entry, staged.meta)
     raise CommitConflictError(
         f"dataset {dataset_uuid!r}: gave up after {max_attempts} attempts; other writers kept committing first"
@@ -299,36 +231,53 @@ class _Staged:
     main_bytes: bytes | None
     fmt: MetadataFormat
     common_bytes: bytes | None
+    checkpoint: bool = False
 
 
 def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Sequence[WrittenFile],
            schema: pa.Schema | None, metadata_format: MetadataFormat | None,
            prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]], written: list[str]) -> _Staged:
-    """Everything up to the commit point: new metadata, index and stats files, bytes."""
+    """Everything up to the commit point: the new state (columnar), the kartothek view's
+    index files, the log entry's bytes (format 2: what changed) and the main file's bytes."""
     base = head.meta
     fmt: MetadataFormat = metadata_format or head.fmt or "json"
     now = runtime.current().now()
+    # a base kstore has no log form for (a format-1 version, a kartothek dataset) becomes
+    # columnar once; this commit then records the whole state (reset) so replay starts here
+    reset = base is None or op.creates
+    if base is not None and base.files is None and not op.creates and op.kind != "delete":
+        base = load.to_columnar(store, base)
+        reset = True
     new_schema = base_schema = None
+    add_rows: pa.Table | None = None
+    index_updates: dict[str, pa.Table] = {}
+    wanted: list[str] = []
     if not op.is_fence:
         base_schema = load.load_schema(store, base) if (base is not None and not op.creates) else None
         new_schema = _merged_schema(base, base_schema, schema, op, dataset_uuid)
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
+        wanted = _index_columns(base, op, new_schema, dataset_uuid)
+        add_rows = _added_rows(op, files, new_schema, wanted)
     new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
-                now=now.replace(tzinfo=None).isoformat(), version=head.next_version)
+                now=now.replace(tzinfo=None).isoformat(), version=head.next_version, add_rows=add_rows)
     if new is not None:
         cutoffs = [c for c in (head.orphan_cutoff_ms, new.orphan_cutoff_ms) if c is not None]
-        new = new.evolve(orphan_cutoff_ms=max(cutoffs) if cutoffs else None)
+        new = new.evolve(orphan_cutoff_ms=max(cutoffs) if cutoffs else None, main_format=fmt)
         if not op.is_fence:
             assert new_schema is not None
-            index_keys = _build_indices(store, base, new, op, files, new_schema, prebuilt, written)
-            stats = _build_stats(store, base, op, files, new_schema)
-            stats_key = base.stats_key if (stats is None and base is not None) else None
-            if stats is not None:
-                stats_key = write_stats_file(store, dataset_uuid, stats)
-                written.append(stats_key)
-            new = new.evolve(indices=index_keys, inline_indices={}, stats_key=stats_key)
-    new_dict = new.to_dict() if new is not None else None
+            new, index_updates = _fill_indices(store, new, op, wanted, new_schema, prebuilt)
+            changed = bool(files) or bool(op.added) or bool(op.remove) or bool(index_updates) or reset
+            keys = _kartothek_indices(store, base, new, wanted, new_schema, changed, written)
+            new = new.evolve(indices=keys, inline_indices={}, stats_key=None)
+    actions = None
+    if new is not None:
+        if reset and not op.creates and base is not None:
+            assert new.files is not None
+            actions = encode_actions(new, add=new.files.table, reset=True)
+        else:
+            actions = encode_actions(new, add=add_rows, remove=() if reset else op.remove, reset=reset,
+                                     index=index_updates)
     entry = LogEntry(
         version=head.next_version,
         commit_id=runtime.current().token(16),
@@ -340,38 +289,110 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         rows_added=int(sum(f.stats.rows for f in files)),
         txn=op.txn,
         writer=f"kstore {__version__}",
-        metadata=new_dict,
         orphan_cutoff_ms=op.orphan_cutoff_ms if op.is_fence else None,
         info=dict(op.info or {}),
+        actions=actions,
+        n_partitions=len(new.partitions) if new is not None else None,
     )
     schema_changed = new is not None and new.schema is not None and (
         base_schema is None or not new.schema.equals(base_schema))
-    main_bytes = serialize.dumps(new_dict, fmt) if new_dict is not None else None
+    main_bytes = main_file_bytes(new, fmt) if new is not None else None
     return _Staged(
         entry=entry,
-        entry_bytes=_entry_bytes(entry, main_bytes if fmt == "json" else None),
+        entry_bytes=serialize.dumps(entry.to_dict(), "json"),
         meta=new,
         main_bytes=main_bytes,
         fmt=fmt,
         common_bytes=common_metadata_bytes(new.schema) if (schema_changed and new is not None
                                                             and new.schema is not None) else None,
+        checkpoint=new is not None and _wants_checkpoint(head, new, reset),
     )
 
 
-def _entry_bytes(entry: LogEntry, metadata_json: bytes | None) -> bytes:
-    """The log entry as JSON. When the main file's JSON bytes are at hand they are spliced
-    in as the ``metadata`` value instead of encoding the same dict a second time."""
-    raw = entry.to_dict()
-    if metadata_json is None or raw.get("metadata") is None:
-        return serialize.dumps(raw, "json")
-    raw["metadata"] = None
-    head = serialize.dumps(raw, "json")
-    marker = b'"metadata":null'
-    at = head.find(marker)
-    if at < 0 or head.count(marker) != 1:  # a nested dict (info) has the same key: encode it all
-        raw["metadata"] = entry.to_dict()["metadata"]
-        return serialize.dumps(raw, "json")
-    return head[:at] + b'"metadata":' + metadata_json + head[at + len(marker):]
+def _wants_checkpoint(head: Head, new: DatasetMetadata, reset: bool) -> bool:
+    """Checkpoint every CHECKPOINT_INTERVAL versions, when the replay chain grew that long,
+    and after a large resetting entry (so readers do not decode it again)."""
+    v = new.version or 0
+    return (v % CHECKPOINT_INTERVAL == 0 or head.chain + 1 >= CHECKPOINT_INTERVAL
+            or (reset and len(new.partitions) > 1000))
+
+
+def _index_columns(base: DatasetMetadata | None, op: Operation, schema: pa.Schema, uuid: str) -> list[str]:
+    keep = [] if (base is None or op.creates) else [*base.indices, *base.inline_indices]
+    pkeys = base.partition_keys if (base is not None and not op.creates) else (op.partition_on or ())
+    wanted = [c for c in dict.fromkeys((*keep, *op.index_columns))
+              if c not in op.drop_index_columns and c not in pkeys]
+    for col in wanted:
+        if col not in schema.names:
+            raise InvalidArgumentError(f"dataset {uuid!r}: cannot index column {col!r}: no such column")
+    return wanted
+
+
+def _added_rows(op: Operation, files: Sequence[WrittenFile], schema: pa.Schema, wanted: Sequence[str]) -> pa.Table:
+    """File-table rows of the files ``op`` adds: statistics and index values from the
+    writers' reports; files added without a report get unknown ones (filled below)."""
+    by_key = {f.key: f for f in files}
+    added = list(op.added)
+    reports = [by_key.get(a.key) for a in added]
+    return file_rows(
+        [a.label for a in added], [a.table for a in added], [a.key for a in added],
+        [r.stats if r is not None else None for r in reports], schema,
+        {col: [r.index_values.get(col) if r is not None else None for r in reports] for col in wanted},
+    )
+
+
+def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Sequence[str], schema: pa.Schema,
+                  prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
+                  ) -> tuple[DatasetMetadata, dict[str, pa.Table]]:
+    """Index values of files whose ``idx:`` lists are unknown (a new index, files added
+    without a writer's report): from a prebuilt index, else read from the files."""
+    files = new.files
+    assert files is not None
+    updates: dict[str, pa.Table] = {}
+    for col in wanted:
+        vtype = index_storage_type(schema.field(col).type)
+        if IDX + col not in files.table.column_names:
+            files = files.with_index(col, pa.nulls(len(files), pa.list_(vtype)))
+        unread = files.unindexed_labels(col)
+        if not unread:
+            continue
+        filled = list(unread)
+        if col in prebuilt:
+            idx, covered = prebuilt[col]
+            have = [lab for lab in unread if lab in covered]
+            if have:
+                files = files.merge_index(idx, have)
+            unread = [lab for lab in unread if lab not in covered]
+        if unread:
+            if len(unread) > 1000 and op.kind != "build_indices" and col not in prebuilt and col in op.index_columns:
+                raise InvalidArgumentError(
+                    f"dataset {new.uuid!r} has no index on {col!r} yet; build it first with "
+                    f"build_indices(store, {new.uuid!r}, [{col!r}])")
+            files = files.merge_index(index_from_store(store, new, unread, col, vtype), unread)
+        rows = files.table.take(files.first_rows())
+        mask = pc.is_in(rows.column("label"), value_set=pa.array(filled, pa.string()))
+        part = rows.filter(mask).select(["label", IDX + col])
+        if part.num_rows:
+            updates[col] = part
+    return new.with_files(files), updates
+
+
+def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetMetadata, wanted: Sequence[str],
+                       schema: pa.Schema, changed: bool, written: list[str]) -> dict[str, str]:
+    """The kartothek view's index files (value -> labels, what kartothek/plateau read):
+    rewritten from the file table's ``idx:`` lists when the version changed them."""
+    files = new.files
+    assert files is not None
+    keys: dict[str, str] = {}
+    for col in wanted:
+        if not changed and base is not None and col in base.indices:
+            keys[col] = base.indices[col]
+            continue
+        idx = files.column_index(col, index_storage_type(schema.field(col).type))
+        key = write_index_file(store, new.uuid, idx)
+        keys[col] = key
+        written.append(key)
+    return keys
 
 
 def _claim(store: Store, key: str, data: bytes, entry: LogEntry) -> bool:
@@ -465,17 +486,38 @@ def republish_newest(store: Store, uuid: str, published: int | None, fmt: Metada
         except VersionNotFoundError:
             continue  # expired between listing and get: a newer one exists
         latest = entry.version
-        if entry.metadata is None:
+        if not entry.has_dataset:
             if entry.expired:
                 continue
             _put_main(store, uuid, None, fmt, None)
             continue
-        meta = load.entry_metadata(store, uuid, entry)
+        try:
+            meta = load.load_version(store, uuid, entry.version)
+        except VersionNotFoundError:
+            continue
         if meta.schema is not None:
             store.put(naming.common_metadata_key(uuid, meta.table), common_metadata_bytes(meta.schema))
         other = [f for f in naming.METADATA_FORMATS if f != fmt]
-        _put_main(store, uuid, serialize.dumps(meta.to_dict(), fmt), fmt, other[0])
+        _put_main(store, uuid, main_file_bytes(meta, fmt), fmt, other[0])
     raise CorruptMetadataError(f"dataset {uuid!r}: the log kept growing while the main file was published")
+
+
+def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool = True) -> bool:
+    """Write the checkpoint of ``meta``'s version and point ``_last_checkpoint`` at it.
+
+    Checkpoints are deterministic, so two writers (or a writer and GC) writing the same one
+    agree. A committing writer's checkpoint is best effort (a failure costs readers replay,
+    never a version); garbage collection's is not (``best_effort=False``: it raises).
+    """
+    assert meta.version is not None
+    try:
+        store.put(naming.checkpoint_key(meta.uuid, meta.version), checkpoint_bytes(meta))
+        store.put(naming.last_checkpoint_key(meta.uuid), serialize.dumps({"version": meta.version}, "json"))
+    except KstoreError:
+        if not best_effort:
+            raise
+        return False
+    return True
 
 
 def _cleanup(store: Store, keys: Sequence[str]) -> None:

@@ -339,7 +339,7 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
     except BaseException:
         delete_files(store, files)
         raise
-    if files and not (meta.referenced_keys() & {f.key for f in files}):
+    if files and not meta.has_keys([f.key for f in files]):
         delete_files(store, files)  # the transaction was committed before: these files are unused
         return plan, meta
     return replace(plan, committed=meta.version, bytes_out=sum(f.stats.nbytes for f in files)), meta

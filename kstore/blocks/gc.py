@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit, republish_newest
+from kstore.blocks.commit import commit, republish_newest, write_checkpoint
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
@@ -93,6 +93,9 @@ class _LogState:
     expired: tuple[LogEntry, ...]  # entries to replace by tombstones now
     drop: tuple[int, ...]          # entries (expired earlier or now) old enough to delete
     references: frozenset[str]
+    starts: tuple[DatasetMetadata, ...] = ()  # first version of each run of retained versions
+    main_version: int | None = None
+    checkpoints: tuple[int, ...] = ()
 
     @property
     def expired_versions(self) -> tuple[int, ...]:
@@ -101,7 +104,8 @@ class _LogState:
 
 def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogState:
     """Decide which versions stay (one listing + one get per entry) and what they reference."""
-    versions = load.log_versions(store, uuid)
+    listing = load.list_log(store, uuid)
+    versions = list(listing.versions)
     entries: dict[int, LogEntry | None] = {}
     for v in versions:
         try:
@@ -112,7 +116,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
             entries[v] = None  # damaged: decided below by its neighbours
     main, _ = _main_or_none(store, uuid)
     if not entries and main is None:
-        return _LogState((), (), (), frozenset())
+        return _LogState((), (), (), frozenset(), (), None, tuple(listing.checkpoints))
     present = sorted(entries)
     newest = present[-1] if present else None
 
@@ -145,13 +149,38 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
         elif e is not None and not e.expired:
             expired.append(e)
     refs: set[str] = set()
+    starts: list[DatasetMetadata] = []
     for v in retained:
         e = entries[v]
-        if e is not None and e.metadata is not None:
+        if e is None or not e.has_dataset:
+            continue
+        if e.metadata is not None:
             refs |= load.entry_metadata(store, uuid, e).referenced_keys()
+        elif (v - 1) in retained and entries.get(v - 1) is not None and not e.is_base:
+            refs |= _added_keys(uuid, e)  # what the version before it referenced, plus its adds
+        else:  # the first of a run of retained versions: its whole state
+            meta = load.load_version(store, uuid, v)
+            refs |= meta.referenced_keys()
+            starts.append(meta)
     if main is not None:
         refs |= main.referenced_keys()  # kartothek readers read it, even when it lags
-    return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs))
+    return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs), tuple(starts),
+                     main_version, tuple(listing.checkpoints))
+
+
+def _added_keys(uuid: str, entry: LogEntry) -> set[str]:
+    """Keys a format-2 entry adds: its data files and the index/statistics files it names."""
+    from kstore.core.state import decode_actions
+
+    act = decode_actions(entry.actions, dataset_uuid=uuid, where=f"dataset {uuid!r}: log entry of version "
+                                                                   f"{entry.version}")
+    keys = set(act.add.table.column("key").to_pylist()) if act.add is not None else set()
+    indices = act.state.get("indices") or {}
+    keys |= {k for k in indices.values() if isinstance(k, str)}
+    stats = (act.state.get("kstore") or {}).get("stats")
+    if isinstance(stats, str):
+        keys.add(stats)
+    return keys
 
 
 def _main_or_none(store: Store, uuid: str) -> tuple[DatasetMetadata | None, MetadataFormat | None]:
@@ -195,9 +224,9 @@ def collect_garbage(
         fence = done.entry.version if done.entry is not None else None
         state = _read_log(store, dataset_uuid, now, cutoff)
         garbage = [k for k in candidates if k not in state.references]
-    elif not dry_run and head.has_log and head.main_version != head.version:
+    elif not dry_run and head.has_log and state.main_version != head.version:
         # repair the main file a writer that died between its claim and its publish left behind
-        republish_newest(store, dataset_uuid, head.main_version, head.fmt or "json")
+        republish_newest(store, dataset_uuid, state.main_version, head.fmt or "json")
     if not dry_run:
         _expire(store, dataset_uuid, state)
         delete_many(store, garbage)  # S3: one DeleteObjects per 1,000 keys
@@ -212,10 +241,24 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
 
     Any failure propagates: GC deletes no file unless every version that used it has
     stopped being listed as retained.
+
+    Format 2: every retained version must stay replayable after its older entries are
+    gone, so the first version of each run of retained versions gets a checkpoint first
+    (deterministic content: a concurrent writer or GC writing the same one agrees);
+    checkpoints of versions no longer retained are deleted last.
     """
+    if state.expired or state.drop:
+        for meta in state.starts:
+            assert meta.version is not None
+            if meta.version not in state.checkpoints:
+                write_checkpoint(store, meta, best_effort=False)
     for entry in state.expired:
         store.put(naming.log_key(uuid, entry.version), serialize.dumps(entry.tombstone().to_dict(), "json"))
     delete_many(store, [naming.log_key(uuid, v) for v in state.drop])
+    retained = set(state.retained)
+    oldest = min(retained, default=None)
+    delete_many(store, [naming.checkpoint_key(uuid, c) for c in state.checkpoints
+                        if c not in retained and oldest is not None and c < oldest])
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:
@@ -254,7 +297,10 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
         elif not entry.expired:
             store.put(naming.log_key(dataset_uuid, v), serialize.dumps(entry.tombstone().to_dict(), "json"))
     delete_many(store, old_entries)
-    doomed = [k for k in keys if _is_file(dataset_uuid, k) or k.endswith("/" + naming.COMMON_METADATA)]
+    listing = load.list_log(store, dataset_uuid)
+    bases = [naming.checkpoint_key(dataset_uuid, c) for c in listing.checkpoints if c < fence]
+    bases += [k for k in (naming.last_checkpoint_key(dataset_uuid),) if k in keys]
+    doomed = [k for k in keys if _is_file(dataset_uuid, k) or k.endswith("/" + naming.COMMON_METADATA)] + bases
     delete_many(store, doomed)  # S3: one DeleteObjects per 1,000 keys
     n = len(old_entries) + len(doomed)
     remove_temporary = getattr(store, "remove_temporary", None)

@@ -57,11 +57,13 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     last deleted. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
     of the log and 1 get per entry read (newest first, in parallel batches).
     """
-    head = load.load_head(store, dataset_uuid)
-    if head.meta is None:
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     versions = log_versions(store, dataset_uuid)
+    if not versions:
+        if load.load_main(store, dataset_uuid)[0] is None:
+            raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+        return []  # kartothek/plateau wrote it: no log, no history
     newest_first: list[HistoryEntry] = []
+    seen_dataset = False
     end = len(versions)
     batch = 8 if limit is None else max(1, min(64, limit))
     while end > 0:
@@ -69,18 +71,26 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
         end -= len(chunk)
         batch = min(batch * 2, 256)
         for e in reversed(parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), chunk)):
-            if e is None or (e.metadata is None and not e.deletes_dataset):
+            if e is None or (not e.has_dataset and not e.deletes_dataset):
                 continue  # expired by a concurrent garbage collection, or a tombstone
             if e.deletes_dataset:
+                if not seen_dataset and e.operation == "delete":
+                    raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist (it was deleted)")
+                if not seen_dataset:
+                    continue  # a garbage collection fence of a dataset that was never created
                 return newest_first[::-1]  # a deletion ends the history before it
+            seen_dataset = True
             parts = e.metadata.get("partitions") if e.metadata is not None else None
+            count = e.n_partitions if e.n_partitions is not None else (len(parts) if isinstance(parts, dict) else 0)
             newest_first.append(HistoryEntry(
                 version=e.version, parent=e.parent, timestamp=e.timestamp, operation=e.operation,
                 added=e.added, removed=e.removed, rows_added=e.rows_added, writer=e.writer, txn=e.txn,
-                n_partitions=len(parts) if isinstance(parts, dict) else 0, info=dict(e.info),
+                n_partitions=count, info=dict(e.info),
             ))
             if limit is not None and len(newest_first) >= limit:
                 return newest_first[::-1]
+    if not seen_dataset:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     return newest_first[::-1]
 
 
@@ -112,7 +122,7 @@ def version_as_of(store: Store, dataset_uuid: str, as_of: datetime) -> int:
     if later and later[0].version != best.version + 1:
         raise VersionNotFoundError(
             f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} has expired")
-    if best.metadata is None:
+    if not best.has_dataset:
         why = "has expired" if best.expired else "did not exist (it was deleted)"
         raise VersionNotFoundError(
             f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} (version {best.version}) {why}")

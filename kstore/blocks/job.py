@@ -247,6 +247,6 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
     except BaseException:
         delete_files(st, files)
         raise
-    if files and not any(meta.partitions.get(f.label, {}).get(f.table) == f.key for f in files):
+    if files and not (meta.has_keys([f.key for f in files])):
         delete_files(st, files)  # a concurrent retry of the same transaction committed first
     return meta

@@ -1,12 +1,13 @@
 """Loading what planning needs: metadata, schema, indices, statistics, versions.
 
-Call budget of a read plan (counted in tests): 1 get for the main metadata file (2 for a
-msgpack dataset: JSON is tried first) and 1 listing of the log entries above it (+1 get
-when the main file lags behind the log), 0 for the schema of a kstore-written dataset (it
-travels in the metadata; 1 get of ``_common_metadata`` for kartothek datasets), 1 get per
-secondary index a predicate uses, 1 get for per-file statistics when a predicate column
-has no index. No listing of partitions (except kartothek's header-only datasets, which
-have no partition list).
+Call budget of open + plan (counted in tests), format 2: 1 get of ``_last_checkpoint``,
+1 listing of the log from it, 1 get of the newest checkpoint and 1 get per log entry after
+it (k, in parallel): **3 + k**, whatever the number of partitions and the predicate (the
+schema, index values and per-file statistics travel in the state). A version kstore wrote
+in format 1 costs 1 get of its entry plus 1 per secondary index a predicate uses and 1 for
+its statistics file; a dataset kartothek or plateau wrote (no log): 1 get of the main file
+(2 for msgpack) + 1 of ``_common_metadata`` + 1 per index. No listing of partitions (except
+kartothek's header-only datasets, which have no partition list).
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ __all__ = [
     "load_stats",
     "load_version",
     "load_latest",
+    "list_log",
+    "LogListing",
+    "resolve",
+    "load_checkpoint",
+    "read_last_checkpoint",
+    "to_columnar",
     "read_parquet_bytes",
 ]
 
@@ -147,7 +154,9 @@ def load_entry(store: Store, dataset_uuid: str, version: int) -> LogEntry:
 
 def entry_metadata(store: Store, dataset_uuid: str, entry: LogEntry) -> DatasetMetadata:
     """The dataset metadata a log entry holds (:class:`VersionNotFoundError` for a tombstone
-    or a fence without a dataset)."""
+    or a fence without a dataset). A format-2 entry is replayed from its checkpoint."""
+    if entry.metadata is None and entry.has_dataset:
+        return load_version(store, dataset_uuid, entry.version)
     if entry.metadata is None:
         why = ("was expired by garbage collection" if entry.expired
                else f"is a {entry.operation!r} record: the dataset did not exist then")
@@ -175,7 +184,10 @@ class Head:
     collection fence was committed); ``version`` is still the newest log version then, so
     the next commit continues the numbering. ``loaded_at`` is the runtime's monotonic
     clock when the log was listed: a commit never claims on a head older than
-    :data:`kstore.blocks.commit.BASE_MAX_AGE`.
+    :data:`kstore.blocks.commit.BASE_MAX_AGE`. ``chain`` is how many format-2 entries were
+    replayed on top of the base (a checkpoint, a resetting entry, a format-1 entry or the
+    main file) to build ``meta``; ``checkpointed`` says whether the base was a checkpoint
+    of ``version`` itself or a log base (so a commit knows when to write a checkpoint).
     """
 
     dataset_uuid: str
@@ -185,6 +197,8 @@ class Head:
     orphan_cutoff_ms: int | None
     main_version: int | None
     loaded_at: float
+    chain: int = 0
+    from_log: bool = True
 
     @property
     def next_version(self) -> int:
@@ -199,14 +213,188 @@ class Head:
         return runtime.current().monotonic() - self.loaded_at
 
 
-def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
-    """The newest committed version: the main file as a hint, then one listing of the log.
+@dataclass(frozen=True, slots=True)
+class LogListing:
+    """One listing of ``_kstore/log/``: entry versions and checkpoint versions (sorted)."""
 
-    The main file names version ``M`` (or is missing, or lags when a writer died between
-    its claim and its publish); the log is listed from ``M`` on, and the highest version
-    found is the newest. Listing (not probing ``M+1``) stays right when garbage collection
-    has removed log entries between ``M`` and the newest (FORMAT.md, commit protocol).
-    Costs: 1 get of the main file (+1 for msgpack), 1 listing, +1 get when the main file lags.
+    versions: tuple[int, ...]
+    checkpoints: tuple[int, ...]
+
+
+def list_log(store: Store, dataset_uuid: str, start: int | None = None) -> LogListing:
+    """Entries and checkpoints at or above version ``start`` (all when None): one listing."""
+    prefix = naming.log_prefix(dataset_uuid)
+    after = f"{prefix}{start:020d}" if start is not None else None
+    versions: list[int] = []
+    checkpoints: list[int] = []
+    for key in store.iter_prefix(prefix, after):
+        v = naming.version_from_log_key(dataset_uuid, key)
+        if v is not None:
+            versions.append(v)
+            continue
+        c = naming.version_from_checkpoint_key(dataset_uuid, key)
+        if c is not None:
+            checkpoints.append(c)
+    return LogListing(tuple(sorted(versions)), tuple(sorted(checkpoints)))
+
+
+def read_last_checkpoint(store: Store, dataset_uuid: str) -> int | None:
+    """The ``_last_checkpoint`` hint (None when missing or unreadable: it is only a hint)."""
+    try:
+        raw = serialize.loads(store.get(naming.last_checkpoint_key(dataset_uuid)), "json",
+                              what=f"dataset {dataset_uuid!r}: _last_checkpoint")
+    except (KeyNotFoundError, CorruptMetadataError, LimitExceededError):
+        return None
+    v = raw.get("version") if isinstance(raw, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def load_checkpoint(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
+    """The state a checkpoint holds (:class:`KeyNotFoundError` when it is gone)."""
+    from kstore.core.state import from_checkpoint
+
+    data = store.get(naming.checkpoint_key(dataset_uuid, version))
+    return from_checkpoint(data, dataset_uuid=dataset_uuid, version=version,
+                           max_bytes=serialize.MAX_METADATA_BYTES)
+
+
+class _Moved(Exception):
+    """The log changed under a read (a concurrent GC expired what the read was using)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A version's state and how it was built (see :class:`Head`)."""
+
+    meta: DatasetMetadata | None
+    entry: LogEntry | None  # None when the version was read from its checkpoint alone
+    chain: int
+    from_checkpoint: bool
+
+
+_BATCH = 16
+
+
+def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int | None,
+           ) -> tuple[dict[int, LogEntry | None], DatasetMetadata | None]:
+    """Entries (None when gone) and, optionally, one checkpoint, fetched in parallel."""
+    jobs: list[tuple[str, int]] = [("e", v) for v in versions]
+    if checkpoint is not None:
+        jobs.append(("c", checkpoint))
+
+    def get(job: tuple[str, int]) -> Any:
+        kind, v = job
+        try:
+            if kind == "c":
+                return load_checkpoint(store, dataset_uuid, v)
+            return load_entry(store, dataset_uuid, v)
+        except (VersionNotFoundError, KeyNotFoundError):
+            return None
+
+    got = parallel_map(get, jobs, max_workers=16)
+    entries = {v: got[i] for i, v in enumerate(versions)}
+    cp = got[-1] if checkpoint is not None else None
+    if checkpoint is not None and cp is None:
+        raise _Moved()
+    return entries, cp
+
+
+def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -> Resolved:
+    """The state of version ``target`` from the log: the newest checkpoint at or below it
+    (or the newest base entry), then the format-2 entries after it, replayed in order.
+
+    Costs: 1 get of the checkpoint + 1 get per entry after it (in parallel; at most about
+    :data:`~kstore.core.state.CHECKPOINT_INTERVAL` when checkpoints are written). Raises
+    :class:`VersionNotFoundError` when ``target`` expired, ``_Moved`` when a concurrent
+    garbage collection changed what the read used (the caller lists again).
+    """
+    from kstore.core.state import decode_actions, replay
+
+    cps = [c for c in listing.checkpoints if c <= target]
+    cp = cps[-1] if cps else None
+    listed = [v for v in listing.versions if v <= target and (cp is None or v > cp)]
+    if target not in listing.versions and target != cp:
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {target} (never committed, or "
+                                   "expired by garbage collection)")
+    entries: dict[int, LogEntry | None] = {}
+    base_meta: DatasetMetadata | None = None
+    chain: list[LogEntry] = []
+    target_entry: LogEntry | None = None
+    pending = sorted(listed, reverse=True)
+    fetched_cp = False
+    while True:
+        batch, pending = pending[:_BATCH], pending[_BATCH:]
+        want_cp = cp if (not pending and not fetched_cp and cp is not None) else None
+        got, cp_meta = _fetch(store, dataset_uuid, batch, want_cp)
+        fetched_cp = fetched_cp or want_cp is not None
+        entries.update(got)
+        found = False
+        for v in batch:
+            e = entries[v]
+            if e is None or e.expired:
+                if v == target:
+                    raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {target} was expired by "
+                                               "garbage collection")
+                raise _Moved()
+            if v == target:
+                target_entry = e
+            if e.metadata is not None:  # format 1: the full state
+                base_meta = entry_metadata(store, dataset_uuid, e)
+                found = True
+                break
+            if not e.has_dataset:
+                if v == target:
+                    return Resolved(None, e, 0, False)
+                raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {v} (no dataset) lies in the "
+                                           f"replay chain of version {target}")
+            chain.append(e)
+            if e.is_base:
+                found = True
+                break
+        if found:
+            break
+        if not pending:
+            if cp is None:
+                if listing.versions and listing.versions[0] > 0 and chain and not chain[-1].is_base:
+                    raise _Moved()
+                raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no checkpoint or "
+                                           "base entry to replay from")
+            if not fetched_cp:
+                _, cp_meta = _fetch(store, dataset_uuid, [], cp)
+            base_meta = cp_meta
+            if cp == target:
+                assert base_meta is not None
+                return Resolved(base_meta, None, 0, True)
+            break
+    # the chain is newest first; contiguous versions are required
+    chain.reverse()
+    expect = None
+    for e in chain:
+        if expect is not None and e.version != expect:
+            raise _Moved()
+        expect = e.version + 1
+    meta = base_meta
+    if meta is not None and meta.files is None and chain and not chain[0].is_base:
+        meta = to_columnar(store, meta)
+    for e in chain:
+        where = f"dataset {dataset_uuid!r}: log entry of version {e.version}"
+        meta = replay(meta if not e.is_base else None, decode_actions(e.actions, dataset_uuid=dataset_uuid,
+                                                                        where=where), version=e.version, where=where)
+    if meta is None:
+        raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no base to replay from")
+    if not meta.explicit_partitions:
+        meta = _discover_partitions(store, meta)
+    return Resolved(meta, target_entry, len(chain), cp is not None and not chain)
+
+
+def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
+    """The newest committed version: the log, read from its newest checkpoint.
+
+    Costs: 1 get of ``_last_checkpoint`` (a hint), 1 listing of the log from there, 1 get
+    of the newest checkpoint and 1 get per entry after it (in parallel; at most about
+    :data:`~kstore.core.state.CHECKPOINT_INTERVAL`). A dataset without a log (kartothek,
+    plateau) is read from its main file (1 get, +1 for msgpack). Listing (not probing
+    ``N+1``) stays right when garbage collection removed entries (FORMAT.md, part C).
     A store that does not exist is :class:`StoreNotFoundError`, or (``missing_store_ok``,
     for a write that will create it) an empty head.
     """
@@ -220,34 +408,57 @@ def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False
 
 
 def _load_head(store: Store, dataset_uuid: str) -> Head:
-    for _ in range(20):
+    for attempt in range(20):
         started = runtime.current().monotonic()
-        try:
-            main, fmt = load_main(store, dataset_uuid)
-        except CorruptMetadataError:
-            # the log is the truth for a versioned dataset; a damaged main file is repaired
-            # by the next publish. Without a log there is nothing to fall back to.
-            if not log_versions(store, dataset_uuid):
+        hint = read_last_checkpoint(store, dataset_uuid) if attempt == 0 else None
+        listing = list_log(store, dataset_uuid, hint)
+        if hint is not None and not listing.versions and not listing.checkpoints:
+            listing = list_log(store, dataset_uuid)  # a stale hint (the dataset was deleted)
+        if not listing.versions:
+            try:
+                main, fmt = load_main(store, dataset_uuid)
+            except CorruptMetadataError:
+                if list_log(store, dataset_uuid).versions:
+                    continue
                 raise
-            main, fmt = None, _main_format(store, dataset_uuid)
-        hint = main.version if main is not None else None
-        versions = log_versions(store, dataset_uuid, after=hint)
-        if not versions:
+            hint_v = main.version if main is not None else None
+            if main is not None and main.version is not None and list_log(store, dataset_uuid).versions:
+                continue  # the log appeared meanwhile
             cutoff = main.orphan_cutoff_ms if main is not None else None
-            return Head(dataset_uuid, main, fmt, hint, cutoff, hint, started)
-        newest = versions[-1]
+            return Head(dataset_uuid, main, fmt, hint_v, cutoff, hint_v, started, 0, False)
+        newest = listing.versions[-1]
         try:
-            entry = load_entry(store, dataset_uuid, newest)
+            got = resolve(store, dataset_uuid, newest, listing)
+        except _Moved:
+            continue
         except VersionNotFoundError:
             continue  # expired between the listing and the get: a newer one exists; list again
-        if entry.expired:
-            raise CorruptMetadataError(
-                f"dataset {dataset_uuid!r}: the newest log entry (version {newest}) is an expired tombstone"
-            )
-        meta = entry_metadata(store, dataset_uuid, entry) if entry.has_dataset else None
-        cutoff = meta.orphan_cutoff_ms if meta is not None else entry.orphan_cutoff_ms
-        return Head(dataset_uuid, meta, fmt, newest, cutoff, hint, started)
+        meta, entry = got.meta, got.entry
+        if meta is not None and entry is not None and entry.metadata is not None:
+            fmt = _main_format(store, dataset_uuid) or "json"  # a format-1 version
+            meta = meta.evolve(main_format=fmt)
+        else:
+            fmt = meta.main_format if meta is not None else None  # type: ignore[assignment]  # checked on read
+        cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain, True)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
+
+
+def to_columnar(store: Store, meta: DatasetMetadata) -> DatasetMetadata:
+    """Format-1 (or kartothek) metadata as a columnar state: the file table joined with the
+    version's statistics file, every secondary index turned into ``idx:`` value lists.
+    O(partitions); a dataset pays it once, on its first format-2 commit."""
+    from kstore.core.filetable import FileTable
+
+    if meta.files is not None:
+        return meta
+    files = FileTable.from_partitions(meta.partitions, load_stats(store, meta))
+    cols = [c for c in dict.fromkeys((*meta.indices, *meta.inline_indices)) if c not in meta.partition_keys]
+    if cols:
+        schema = load_schema(store, meta)
+        for idx in load_indices(store, meta, cols, schema).values():
+            files = files.merge_index(idx, files.unique_labels().to_pylist())
+    return meta.with_files(files).evolve(inline_indices={})
 
 
 def _main_format(store: Store, dataset_uuid: str) -> MetadataFormat | None:
@@ -279,8 +490,23 @@ def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, Met
 
 
 def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
-    """The metadata of one retained version, from its write-once log entry."""
-    return entry_metadata(store, dataset_uuid, load_entry(store, dataset_uuid, version))
+    """The metadata of one retained version: its checkpoint and the log entries after it
+    (1 listing + 1 get of the checkpoint + 1 get per entry after it, in parallel)."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {version!r}")
+    for _ in range(20):
+        listing = list_log(store, dataset_uuid)
+        try:
+            got = resolve(store, dataset_uuid, version, listing)
+        except _Moved:
+            continue
+        if got.meta is None:
+            e = got.entry
+            why = ("was expired by garbage collection" if e is None or e.expired
+                   else f"is a {e.operation!r} record: the dataset did not exist then")
+            raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {version} {why}")
+        return got.meta
+    raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while version {version} was read")
 
 
 def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -> pa.Schema:
@@ -311,6 +537,8 @@ def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Sche
     if schema.get_field_index(column) < 0:
         raise CorruptMetadataError(f"dataset {meta.uuid!r} has an index of column {column!r}, which its schema lacks")
     vtype = index_storage_type(schema.field(column).type)
+    if meta.files is not None:
+        return meta.files.column_index(column, vtype)
     if column in meta.inline_indices:
         try:
             return ColumnIndex.from_inline(column, dict(meta.inline_indices[column]), vtype)
@@ -335,6 +563,10 @@ def load_indices(store: Store, meta: DatasetMetadata, columns: Iterable[str], sc
 
 
 def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
+    """Per-file statistics, one row per label (format 2: from the file table, no call)."""
+    if meta.files is not None:
+        st = meta.files.stats()
+        return st if "rows" in st.column_names else None
     if not meta.stats_key:
         return None
     try:

@@ -7,6 +7,7 @@ columns). The commit (:mod:`kstore.blocks.commit`) turns those into one new vers
 
 from __future__ import annotations
 
+import datetime
 import io
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from kstore.core import naming
+from kstore.core import naming, runtime
 from kstore.core.index import ColumnIndex
 from kstore.core.runtime import pool_size
 from kstore.core.stats import FileStats, file_stats
@@ -37,6 +38,7 @@ from kstore.errors import (
     ColumnNotFoundError,
     InvalidArgumentError,
     LimitExceededError,
+    StoreError,
     UnsupportedTypeError,
     short_repr,
 )
@@ -460,10 +462,13 @@ def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str
     sink = io.BytesIO()
     pq.write_table(index.to_table(), sink, compression="snappy")
     payload = sink.getvalue()
-    while True:  # a fresh timestamp per file; another writer in the same microsecond retries
-        key = naming.index_key(dataset_uuid, index.column)
+    now = runtime.current().now()
+    for step in range(1_000_000):  # a fresh timestamp per file; a collision moves on by 1 us
+        key = naming.index_key(dataset_uuid, index.column,
+                               naming.index_timestamp(now + datetime.timedelta(microseconds=step)))
         if store.put_if_absent(key, payload):
             return key
+    raise StoreError(f"dataset {dataset_uuid!r}: no free key for an index file of column {index.column!r}")
 
 
 def write_stats_file(store: Store, dataset_uuid: str, stats: pa.Table) -> str:

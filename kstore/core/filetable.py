@@ -27,13 +27,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstore.core.stats import in_microseconds
+from kstore.core.index import ColumnIndex, index_storage_type
+from kstore.core.stats import FileStats, in_microseconds, stats_table
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["FileTable", "Actions", "FILE_COLUMNS"]
+__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "file_rows", "index_lists"]
+
+#: Prefix of a file table's index columns: ``idx:<col>`` holds, per file, the distinct
+#: non-null values of ``<col>`` (a list; null = not known yet). The inverted index of a
+#: column is these lists read the other way round (:meth:`FileTable.column_index`).
+IDX = "idx:"
+
+_BAD_KEY = r"(/\.|//|/$|\\|\x00)"
 
 #: The columns every file table has, in this order; statistics columns follow.
 FILE_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
@@ -102,25 +111,228 @@ class FileTable:
 
     def stats(self) -> pa.Table:
         """The statistics as ``_kstore/stats`` lays them out (one row per label)."""
-        import numpy as np
+        cols = [c for c in self.table.column_names if c not in ("table", "key") and not c.startswith(IDX)]
+        return self.table.select(cols).take(self.first_rows())
 
-        cols = [c for c in self.table.column_names if c not in ("table", "key")]
+    def first_rows(self) -> pa.Array:
+        """Row positions of each label's first file (one per label, in table order)."""
+        n = self.table.num_rows
+        if n == 0 or self.single_table():
+            return pa.array(np.arange(n, dtype=np.int64))
         labels = self.labels.to_numpy(zero_copy_only=False)
         _, first = np.unique(labels, return_index=True)
-        return self.table.select(cols).take(pa.array(np.sort(first)))
+        return pa.array(np.sort(first))
+
+    def single_table(self) -> bool:
+        """True when every file belongs to one table (one row per label)."""
+        t = self.table.column("table")
+        return t.num_chunks == 0 or len(t) == 0 or pc.count_distinct(t).as_py() <= 1
+
+    def num_labels(self) -> int:
+        if self.single_table():
+            return int(self.table.num_rows)
+        return int(pc.count_distinct(self.labels).as_py())
+
+    def unique_labels(self) -> pa.Array:
+        """Labels in table order, once each."""
+        return self.labels.combine_chunks().take(self.first_rows()) if len(self) else pa.array([], pa.string())
+
+    def for_table(self, table: str) -> pa.Table:
+        """The rows of one table's files."""
+        if self.single_table():
+            if self.table.num_rows and self.table.column("table")[0].as_py() != table:
+                return self.table.slice(0, 0)
+            return self.table
+        return self.table.filter(pc.equal(self.table.column("table"), table))
+
+    @property
+    def index_columns(self) -> tuple[str, ...]:
+        return tuple(c[len(IDX):] for c in self.table.column_names if c.startswith(IDX))
+
+    def column_index(self, column: str, vtype: pa.DataType) -> ColumnIndex:
+        """The inverted index of ``column`` (value -> labels) from its ``idx:`` lists."""
+        name = IDX + column
+        if name not in self.table.column_names:
+            return ColumnIndex.empty(column, vtype)
+        lists = self.table.column(name).combine_chunks()
+        flat = pc.list_flatten(lists)
+        if len(flat) == 0:
+            return ColumnIndex.empty(column, vtype)
+        parents = pc.list_parent_indices(lists)
+        return ColumnIndex.build(column, flat, self.labels.combine_chunks().take(parents))
+
+    def unindexed_labels(self, column: str) -> list[str]:
+        """Labels whose ``idx:`` list of ``column`` is unknown (null, or no such column)."""
+        name = IDX + column
+        rows = self.table.take(self.first_rows())
+        if name not in rows.column_names:
+            return list(rows.column("label").to_pylist())
+        return list(rows.filter(pc.is_null(rows.column(name))).column("label").to_pylist())
+
+    def with_index(self, column: str, lists: pa.Array) -> FileTable:
+        """The table with ``idx:<column>`` set to ``lists`` (one entry per row)."""
+        name = IDX + column
+        names = self.table.column_names
+        if name in names:
+            return FileTable(self.table.set_column(names.index(name), name, lists))
+        return FileTable(self.table.append_column(name, lists))
+
+    def merge_index(self, index: ColumnIndex, labels: Sequence[str]) -> FileTable:
+        """Fill the ``idx:`` lists of ``labels`` (first file of each) from ``index``."""
+        name = IDX + index.column
+        rows = self.first_rows().to_numpy()
+        target = np.zeros(len(self), dtype=bool)
+        all_labels = self.labels.combine_chunks()
+        chosen = pc.is_in(all_labels.take(pa.array(rows)), value_set=pa.array(list(labels), pa.string()))
+        target[rows[np.asarray(chosen.to_numpy(zero_copy_only=False), dtype=bool)]] = True
+        fresh = index_lists(index, all_labels, pa.array(target))
+        if name in self.table.column_names:
+            old = self.table.column(name).combine_chunks()
+            if not old.type.equals(fresh.type):
+                old = old.cast(fresh.type)
+            fresh = pc.if_else(pa.array(target), fresh, old)
+        return self.with_index(index.column, fresh)
+
+    def drop_index(self, column: str) -> FileTable:
+        name = IDX + column
+        if name not in self.table.column_names:
+            return self
+        return FileTable(self.table.drop_columns([name]))
+
+    def validate(self, dataset_uuid: str, where: str) -> FileTable:
+        """Check labels and keys (vectorized): no nulls, every key inside the dataset's
+        prefix and free of ``.``/``..``/empty components. Raises CorruptMetadataError."""
+        t = self.table
+        for i in range(3):
+            if not pa.types.is_string(t.schema.field(i).type):
+                raise CorruptMetadataError(f"{where}: file table column {t.column_names[i]!r} is not a string column")
+            if t.column(i).null_count:
+                raise CorruptMetadataError(f"{where}: the file table has null {t.column_names[i]}s")
+        if not len(self):
+            return self
+        from kstore.core import naming
+
+        keys = t.column("key")
+        outside = pc.invert(pc.starts_with(keys, dataset_uuid + "/"))
+        if pc.any(outside).as_py():
+            first = keys.filter(outside)[0].as_py()
+            raise CorruptMetadataError(f"{where}: file key {first!r:.120} is not a key inside dataset {dataset_uuid!r}")
+        odd = pc.match_substring_regex(keys, _BAD_KEY)
+        if pc.any(odd).as_py():  # the cheap screen flagged some: the full check decides
+            for key in keys.filter(odd).to_pylist():
+                try:
+                    naming.validate_key(key)
+                except Exception as exc:
+                    raise CorruptMetadataError(f"{where}: {exc}") from exc
+        return self
 
     # -- changes -----------------------------------------------------------------------
 
     def apply(self, actions: Actions) -> FileTable:
         """The table after ``actions``: removed labels dropped, added rows appended."""
         table = self.table
-        if actions.remove:
+        if actions.remove and table.num_rows:
             gone = pc.is_in(table.column("label"), value_set=pa.array(list(actions.remove), pa.string()))
             table = table.filter(pc.invert(gone))
         if actions.add is not None and actions.add.num_rows:
-            table = pa.concat_tables([in_microseconds(table), in_microseconds(actions.add)],
-                                     promote_options="permissive")
+            if table.num_rows == 0 and table.num_columns <= 3:
+                table = in_microseconds(actions.add)
+            else:
+                table = pa.concat_tables([in_microseconds(table), in_microseconds(actions.add)],
+                                         promote_options="permissive")
         return FileTable(table)
+
+
+def index_lists(index: ColumnIndex, labels: pa.Array, target: pa.Array | None = None) -> pa.Array:
+    """Per row of ``labels``: the values ``index`` holds for that label (a list), for rows
+    where ``target`` is true (default: the first row of every label); null elsewhere."""
+    n = len(labels)
+    vals, labs = index.pairs()
+    if target is None:
+        first = pc.index_in(labels, value_set=labels).to_numpy(zero_copy_only=False)
+        mask = first == np.arange(n)
+    else:
+        mask = np.asarray(target.to_numpy(zero_copy_only=False), dtype=bool)
+    value_set = labels.filter(pa.array(mask))
+    rows_of = np.flatnonzero(mask)
+    pos = pc.index_in(labs, value_set=value_set)
+    keep = pc.is_valid(pos)
+    pos_np = rows_of[pos.filter(keep).to_numpy(zero_copy_only=False)] if len(rows_of) else np.empty(0, np.int64)
+    vals = vals.filter(keep)
+    order = np.argsort(pos_np, kind="stable")
+    counts = np.bincount(pos_np, minlength=n) if len(pos_np) else np.zeros(n, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    values = vals.take(pa.array(order)) if len(order) else pa.array([], index.values.type)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~mask))
+
+
+def file_rows(labels: Sequence[str], tables: Sequence[str], keys: Sequence[str],
+              stats: Sequence[FileStats | None], schema: pa.Schema,
+              index_values: Mapping[str, Sequence[pa.Array | None]] | None = None) -> pa.Table:
+    """File-table rows of newly written files: statistics (unknown where None) and, per
+    indexed column, each file's distinct values (``index_values[col][i]``; None = unknown)."""
+    known = [s if s is not None else FileStats(0, 0, {}) for s in stats]
+    st = stats_table(list(labels), known, schema)
+    if any(s is None for s in stats):
+        unknown = pa.array([s is None for s in stats])
+        for name in st.column_names[1:]:
+            col = st.column(name)
+            st = st.set_column(st.column_names.index(name), name,
+                               pc.if_else(unknown, pa.nulls(len(col), col.type), col))
+    table = st.add_column(1, "table", pa.array(list(tables), pa.string())).add_column(
+        2, "key", pa.array(list(keys), pa.string()))
+    for col, per_file in (index_values or {}).items():
+        vtype = index_storage_type(schema.field(col).type)
+        arrays = [a for a in per_file if a is not None and len(a)]
+        idx = ColumnIndex.build(col, pa.concat_arrays([a.cast(arrays[0].type) for a in arrays]),
+                                pa.array([lab for lab, a in zip(labels, per_file) if a is not None and len(a)
+                                          for _ in range(len(a))], pa.string())) if arrays else ColumnIndex.empty(col, vtype)
+        target = pa.array([a is not None for a in per_file])
+        lists = index_lists(idx, table.column("label").combine_chunks(), target)
+        if not lists.type.value_type.equals(vtype):
+            lists = lists.cast(pa.list_(vtype))
+        table = table.append_column(IDX + col, lists)
+    return table
+
+
+class ColumnarPartitions(Mapping[str, Mapping[str, str]]):
+    """kartothek's ``label -> {table: key}`` mapping as a read-only view of a
+    :class:`FileTable`. Length and the table are free; the dict is built on first use
+    (only code outside kstore's hot paths asks for it)."""
+
+    __slots__ = ("files", "_dict", "_len")
+
+    def __init__(self, files: FileTable) -> None:
+        self.files = files
+        self._dict: dict[str, Mapping[str, str]] | None = None
+        self._len: int | None = None
+
+    def _mapping(self) -> dict[str, Mapping[str, str]]:
+        if self._dict is None:
+            self._dict = {k: MappingProxyType(v) for k, v in self.files.partitions().items()}
+        return self._dict
+
+    def __getitem__(self, label: str) -> Mapping[str, str]:
+        return self._mapping()[label]
+
+    def __iter__(self) -> Any:
+        if self._dict is None and self.files.single_table():
+            return iter(self.files.labels.to_pylist())
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = self.files.num_labels()
+        return self._len
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._mapping()
+
+    def __repr__(self) -> str:
+        return f"ColumnarPartitions({len(self)} partitions)"
+
+    def __reduce__(self) -> tuple[Any, tuple[FileTable]]:
+        return (ColumnarPartitions, (self.files,))
 
 
 @dataclass(frozen=True)

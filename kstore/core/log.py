@@ -3,7 +3,11 @@
 A log entry lives at ``<uuid>/_kstore/log/<version:020d>.json``. Claiming that key with an
 atomic put-if-absent IS the commit. An entry is one of:
 
-- a **version of the dataset**: ``metadata`` holds the full dataset metadata of that version;
+- a **version of the dataset**: format 2 (``"format": 2``) records what the commit changed
+  in ``actions`` (files added with their statistics and index values, labels removed, the
+  small state; :mod:`kstore.core.filetable`), and a reader replays the entries after the
+  newest checkpoint; format 1 (written by kstore before format 2) holds the full dataset
+  metadata in ``metadata``, and is a base for replay like a checkpoint;
 - a **tombstone**: garbage collection expired the version (``expired: true``, no metadata).
   The key stays until the entry is older than :data:`LOG_MIN_AGE`, so that the version
   number can never be claimed a second time;
@@ -67,20 +71,34 @@ class LogEntry:
     orphan_cutoff_ms: int | None = None
     expired: bool = False
     info: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: format 2: what changed (encoded :class:`kstore.core.filetable.Actions` + small state)
+    actions: Mapping[str, Any] | None = None
+    #: partitions of the version after this commit (format 2; for history())
+    n_partitions: int | None = None
+
+    @property
+    def format(self) -> int:
+        return 2 if self.actions is not None else 1
 
     @property
     def has_dataset(self) -> bool:
         """True when the entry holds a version of the dataset (not a tombstone or fence)."""
-        return self.metadata is not None
+        return self.metadata is not None or self.actions is not None
+
+    @property
+    def is_base(self) -> bool:
+        """True when the entry alone gives its version's state: a format-1 entry (full
+        metadata) or a format-2 entry that starts from nothing (create, overwrite)."""
+        return self.metadata is not None or bool(self.actions and self.actions.get("reset"))
 
     @property
     def deletes_dataset(self) -> bool:
         """True for the fence ``delete_dataset`` writes (and a vacuum of a dataset-less log)."""
-        return not self.expired and self.metadata is None
+        return not self.expired and not self.has_dataset
 
     def tombstone(self) -> LogEntry:
         """This entry with its metadata dropped, marked expired (keeps the number taken)."""
-        return replace(self, metadata=None, expired=True)
+        return replace(self, metadata=None, actions=None, expired=True)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -96,6 +114,11 @@ class LogEntry:
             "writer": self.writer,
             "metadata": _plain(self.metadata),
         }
+        if self.actions is not None:
+            out["format"] = 2
+            out["actions"] = dict(self.actions)
+        if self.n_partitions is not None:
+            out["n_partitions"] = self.n_partitions
         if self.orphan_cutoff_ms is not None:
             out["orphan_cutoff_ms"] = self.orphan_cutoff_ms
         if self.expired:
@@ -155,6 +178,14 @@ class LogEntry:
         expired = get("expired", (bool,), default=False)
         info = get("info", (Mapping,), default={})
         commit_id = get("commit_id", (str,))
+        fmt = get("format", (int,), default=1)
+        if fmt not in (1, 2):
+            raise CorruptMetadataError(f"{where} has format {fmt}; this kstore reads formats 1 and 2 "
+                                       "(upgrade kstore to read it)")
+        actions = get("actions", (Mapping,))
+        if fmt == 2 and actions is None and metadata is None and not expired and operation not in FENCE_OPERATIONS:
+            raise CorruptMetadataError(f"{where} is format 2 but has no actions")
+        n_parts = get("n_partitions", (int,))
         return cls(
             version=stored,
             commit_id=commit_id,
@@ -170,6 +201,8 @@ class LogEntry:
             orphan_cutoff_ms=int(cutoff) if cutoff is not None else None,
             expired=expired,
             info=MappingProxyType(dict(info)),
+            actions=actions,
+            n_partitions=n_parts,
         )
 
 

@@ -31,12 +31,13 @@ from typing import Any
 import pyarrow as pa
 
 from kstore.core import naming, serialize
+from kstore.core.filetable import ColumnarPartitions, FileTable
 from kstore.errors import CorruptMetadataError, LimitExceededError
 
 __all__ = ["DatasetMetadata", "FORMAT_VERSION", "KSTORE_FORMAT"]
 
 FORMAT_VERSION = 4
-KSTORE_FORMAT = 1
+KSTORE_FORMAT = 2
 
 Files = Mapping[str, str]
 InlineIndex = Mapping[Any, tuple[str, ...]]
@@ -83,6 +84,9 @@ class DatasetMetadata:
         a write whose files are older must not commit them (FORMAT.md, commit protocol).
     extra:
         Top-level keys this version of kstore does not know; written back unchanged.
+    main_format:
+        The format of the main metadata file kstore publishes for kartothek readers
+        (``"json"`` or ``"msgpack.zstd"``).
     """
 
     uuid: str
@@ -99,6 +103,7 @@ class DatasetMetadata:
     explicit_partitions: bool = True
     orphan_cutoff_ms: int | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    main_format: str = "json"
 
     def __repr__(self) -> str:
         keys = f", partition_keys={list(self.partition_keys)}" if self.partition_keys else ""
@@ -136,12 +141,29 @@ class DatasetMetadata:
     def evolve(self, **changes: Any) -> DatasetMetadata:
         """A copy with ``changes`` applied (mappings are frozen on the way in)."""
         for key in ("partitions", "indices", "inline_indices", "metadata", "extra", "txns"):
-            if key in changes and not isinstance(changes[key], MappingProxyType):
+            if key in changes and not isinstance(changes[key], (MappingProxyType, ColumnarPartitions)):
                 changes[key] = _freeze(changes[key])
         return dataclasses.replace(self, **changes)
 
+    @property
+    def files(self) -> FileTable | None:
+        """The version's files as columns (format 2: label, table, key, statistics and
+        ``idx:`` index values per file); None for metadata read from a format-1 file."""
+        parts = self.partitions
+        return parts.files if isinstance(parts, ColumnarPartitions) else None
+
+    def with_files(self, files: FileTable) -> DatasetMetadata:
+        """A copy whose partitions are ``files`` (columnar)."""
+        return dataclasses.replace(self, partitions=ColumnarPartitions(files), explicit_partitions=True)
+
     def with_partitions(self, added: Mapping[str, Files], removed: Iterable[str] = ()) -> DatasetMetadata:
         """A copy with partitions ``added`` (label -> files) and labels ``removed``."""
+        ft = self.files
+        if ft is not None:
+            from kstore.core.filetable import Actions
+
+            add = FileTable.from_partitions(added).table
+            return self.with_files(ft.apply(Actions(add=add if add.num_rows else None, remove=tuple(removed))))
         parts = dict(self.partitions)
         for label in removed:
             parts.pop(label, None)
@@ -171,9 +193,25 @@ class DatasetMetadata:
                 f"{table or self.table!r}"
             ) from exc
 
+    def has_keys(self, keys: Iterable[str]) -> bool:
+        """True when any of ``keys`` is a data file of this version (vectorized for columnar state)."""
+        keys = list(keys)
+        ft = self.files
+        if ft is not None:
+            import pyarrow.compute as pc
+
+            return bool(len(ft)) and bool(pc.any(pc.is_in(pa.array(keys, pa.string()),
+                                                           value_set=ft.table.column("key").combine_chunks())).as_py())
+        wanted = set(keys)
+        return any(k in wanted for files in self.partitions.values() for k in files.values())
+
     def referenced_keys(self) -> set[str]:
         """Every key this version references under ``<uuid>/`` (data, index, stats files)."""
-        keys = {k for files in self.partitions.values() for k in files.values()}
+        ft = self.files
+        if ft is not None:
+            keys = set(ft.table.column("key").to_pylist())
+        else:
+            keys = {k for files in self.partitions.values() for k in files.values()}
         keys.update(self.indices.values())
         if self.stats_key:
             keys.add(self.stats_key)
@@ -181,8 +219,9 @@ class DatasetMetadata:
 
     # -- (de)serialization -------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
-        """The on-disk dict (kartothek format version 4 + the ``kstore`` key)."""
+    def to_dict(self, *, partitions: bool = True) -> dict[str, Any]:
+        """The on-disk dict (kartothek format version 4 + the ``kstore`` key); without the
+        ``partitions`` key when ``partitions`` is False (a checkpoint's small state)."""
         out: dict[str, Any] = dict(self.extra)
         out.update(
             {
@@ -192,7 +231,7 @@ class DatasetMetadata:
                 "partition_keys": list(self.partition_keys),
             }
         )
-        if self.explicit_partitions:
+        if self.explicit_partitions and partitions:
             out["partitions"] = {
                 label: {"files": dict(files)} for label, files in self.partitions.items()
             }
@@ -210,6 +249,8 @@ class DatasetMetadata:
         }
         if self.orphan_cutoff_ms is not None:
             out["kstore"]["orphan_cutoff_ms"] = self.orphan_cutoff_ms
+        if self.main_format != "json":
+            out["kstore"]["main_format"] = self.main_format
         return out
 
     @classmethod
@@ -289,6 +330,13 @@ class DatasetMetadata:
         kv = ext.get("version")
         if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 0):
             raise CorruptMetadataError(f"dataset {uuid!r}: kstore version must be an int >= 0, got {kv!r:.40}")
+        fmt = ext.get("format", 1)
+        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > KSTORE_FORMAT:
+            raise CorruptMetadataError(f"dataset {uuid!r} was written in kstore format {fmt}; this kstore "
+                                       f"reads formats up to {KSTORE_FORMAT} (upgrade kstore)")
+        main_format = ext.get("main_format", "json")
+        if main_format not in naming.METADATA_FORMATS:
+            raise CorruptMetadataError(f"dataset {uuid!r}: unknown main_format {main_format!r:.40}")
         cutoff = ext.get("orphan_cutoff_ms")
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)):
             raise CorruptMetadataError(f"dataset {uuid!r}: orphan_cutoff_ms must be an int, got {cutoff!r}")
@@ -307,6 +355,7 @@ class DatasetMetadata:
             explicit_partitions=explicit,
             orphan_cutoff_ms=cutoff,
             extra=_freeze({k: v for k, v in raw.items() if k not in known}),
+            main_format=main_format,
         )
 
 
@@ -330,6 +379,8 @@ def _schema_from_text(text: str | None, uuid: str) -> pa.Schema | None:
 
 
 def _thaw(value: Any) -> Any:
+    if isinstance(value, ColumnarPartitions):
+        return value
     if isinstance(value, Mapping):
         return {k: _thaw(v) for k, v in value.items()}
     return value
@@ -337,7 +388,9 @@ def _thaw(value: Any) -> Any:
 
 def _rebuild(state: dict[str, Any]) -> DatasetMetadata:
     state = dict(state)
-    state["partitions"] = MappingProxyType({lab: MappingProxyType(files) for lab, files in state["partitions"].items()})
+    if not isinstance(state["partitions"], ColumnarPartitions):
+        state["partitions"] = MappingProxyType({lab: MappingProxyType(files)
+                                                for lab, files in state["partitions"].items()})
     state["inline_indices"] = MappingProxyType({c: MappingProxyType(v) for c, v in state["inline_indices"].items()})
     for key in ("indices", "metadata", "extra", "txns"):
         state[key] = MappingProxyType(state[key])

@@ -224,6 +224,30 @@ def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
     return None
 
 
+CHECKPOINT_SUFFIX = ".checkpoint.parquet"
+
+
+def checkpoint_key(dataset_uuid: str, version: int) -> str:
+    """Key of version ``version``'s checkpoint (format 2; FORMAT.md E), beside the log entries."""
+    if not isinstance(version, int) or version < 0:
+        raise InvalidKeyError(f"invalid version {version!r}: must be an int >= 0")
+    return f"{log_prefix(dataset_uuid)}{version:020d}{CHECKPOINT_SUFFIX}"
+
+
+def version_from_checkpoint_key(dataset_uuid: str, key: str) -> int | None:
+    prefix = log_prefix(dataset_uuid)
+    if key.startswith(prefix) and key.endswith(CHECKPOINT_SUFFIX):
+        stem = key[len(prefix) : -len(CHECKPOINT_SUFFIX)]
+        if stem.isascii() and stem.isdigit():
+            return int(stem)
+    return None
+
+
+def last_checkpoint_key(dataset_uuid: str) -> str:
+    """The hint naming the newest checkpoint (may lag; readers list from it)."""
+    return f"{log_prefix(dataset_uuid)}_last_checkpoint.json"
+
+
 def stats_key(dataset_uuid: str, file_id: str | None = None) -> str:
     """Key of a per-file statistics file (FORMAT.md B.5)."""
     return f"{dataset_prefix(dataset_uuid)}{KSTORE_DIR}/stats/{file_id or new_file_id()}.parquet"

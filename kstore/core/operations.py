@@ -115,7 +115,7 @@ def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, sco
             f"asks for partition_on={list(op.partition_on)}"
         )
     if op.remove:
-        gone = [lab for lab in op.remove if lab not in base.partitions]
+        gone = missing_labels(base, op.remove)
         if gone:
             raise CommitConflictError(
                 f"dataset {dataset_uuid!r}: version {base.version} (committed after version "
@@ -138,12 +138,15 @@ def apply(
     schema: pa.Schema | None,
     now: str,
     version: int | None = None,
+    add_rows: pa.Table | None = None,
 ) -> DatasetMetadata | None:
     """The metadata after ``op`` (indices and stats keys are filled in by the commit block).
 
     ``version`` is the number the new version gets (default: the base's plus one; the
     commit passes it when the newest log entry is a fence without a dataset). ``None``
     comes back for ``delete`` and for a ``vacuum`` of a dataset that does not exist.
+    ``add_rows`` (format 2) are the file-table rows of the added files: the new state is
+    then columnar (the base must be columnar, or be replaced).
     """
     number = next_version(base) if version is None else version
     if op.kind == "delete" or (op.kind == "vacuum" and base is None):
@@ -170,10 +173,22 @@ def apply(
             merged.update(op.metadata)
             meta = meta.evolve(metadata=merged)
         txns = dict(base.txns)
-    added: dict[str, dict[str, str]] = {}
-    for f in op.added:
-        added.setdefault(f.label, {})[f.table] = f.key
-    meta = meta.with_partitions(added, removed=op.remove)
+    if add_rows is not None:
+        from kstore.core.filetable import Actions, FileTable
+
+        start = FileTable() if (base is None or op.creates) else base.files
+        if start is None:
+            raise ValueError("a columnar commit needs a columnar base")
+        files = start.apply(Actions(add=add_rows if add_rows.num_rows else None,
+                                    remove=() if (base is None or op.creates) else tuple(op.remove)))
+        for col in op.drop_index_columns:
+            files = files.drop_index(col)
+        meta = meta.with_files(files)
+    else:
+        added: dict[str, dict[str, str]] = {}
+        for f in op.added:
+            added.setdefault(f.label, {})[f.table] = f.key
+        meta = meta.with_partitions(added, removed=op.remove)
     if op.txn is not None:
         txns[op.txn[0]] = int(op.txn[1])
     indices = {c: k for c, k in meta.indices.items() if c not in op.drop_index_columns}
@@ -188,6 +203,18 @@ def apply(
 
 def _later(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
+
+
+def missing_labels(meta: DatasetMetadata, labels: Sequence[str]) -> list[str]:
+    """Those of ``labels`` that ``meta`` has no partition for (vectorized for columnar state)."""
+    ft = meta.files
+    if ft is None:
+        return [lab for lab in labels if lab not in meta.partitions]
+    import pyarrow.compute as pc
+
+    arr = pa.array(list(labels), pa.string())
+    there = pc.is_in(arr, value_set=ft.labels.combine_chunks() if len(ft) else pa.array([], pa.string()))
+    return list(arr.filter(pc.invert(there)).to_pylist())
 
 
 def labels_in_scope(meta: DatasetMetadata, labels: Sequence[str]) -> set[str]:

@@ -134,6 +134,72 @@ def partition_value_arrays(
     return out
 
 
+def partition_value_arrays_of(meta: DatasetMetadata, schema: pa.Schema, labels: pa.Array,
+                              columns: Sequence[str]) -> dict[str, pa.Array]:
+    """Typed partition values of ``columns`` per label, parsed once per distinct value:
+    each column's ``<col>=<value>`` component is cut out with a vectorized regex."""
+    out: dict[str, pa.Array] = {}
+    slashes = pc.count_substring(labels, "/")
+    if not pc.all(pc.equal(slashes, len(meta.partition_keys))).as_py():
+        # kartothek wrote some labels with an unquoted '/' in a value: parse them one by one
+        every = partition_value_arrays(meta, schema, labels.to_pylist())
+        return {c: every[c] for c in columns}
+    for col in columns:
+        idx = schema.get_field_index(col)
+        if idx < 0:
+            raise CorruptMetadataError(f"dataset {meta.uuid!r}: partition column {col!r} is missing from the schema")
+        pos = list(meta.partition_keys).index(col)
+        pattern = "^" + "".join("[^/]*/" for _ in range(pos)) + "(?P<v>[^/]*)/"
+        comp = pc.struct_field(pc.extract_regex(labels, pattern), [0]) if len(labels) else labels
+        enc = comp.dictionary_encode()
+        distinct = enc.dictionary.to_pylist()
+        prefix = naming.quote(col) + "="
+        raw = []
+        for d in distinct:
+            if d is None or not d.startswith(prefix):
+                raise CorruptMetadataError(f"dataset {meta.uuid!r}: a partition label does not encode {col!r} "
+                                           f"at position {pos + 1} ({d!r:.80})")
+            raw.append(naming.unquote(d[len(prefix):]))
+        t = schema.field(idx).type
+        typed = pa.array([decode_partition_value(v, t, col) for v in raw], type=t)
+        out[col] = typed.take(enc.indices)
+    return out
+
+
+def _idx_lists(rows: pa.Table | None, column: str) -> pa.Array | None:
+    if rows is None or f"idx:{column}" not in rows.column_names:
+        return None
+    return rows.column(f"idx:{column}").combine_chunks()
+
+
+def _lists_mask(term: Term, lists: pa.Array, schema: pa.Schema) -> np.ndarray:
+    """Per file: whether any of its distinct values (an ``idx:`` list) satisfies ``term``
+    (files whose list is unknown are kept). The same test the rows get, on the values."""
+    n = len(lists)
+    out = np.asarray(pc.is_null(lists).to_numpy(zero_copy_only=False), dtype=bool)
+    flat = pc.list_flatten(lists)
+    if len(flat) == 0:
+        return out
+    t = schema.field(term.column).type
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    if pa.types.is_timestamp(t) or pa.types.is_timestamp(flat.type):
+        # index values are truncated to microseconds: compare as ColumnIndex does
+        idx = ColumnIndex.build(term.column, flat, pa.array(pc.list_parent_indices(lists).cast(pa.string())))
+        hit = np.asarray(idx.labels.take(pa.array(idx.lookup(term.op, term.value))).cast(pa.int64()).to_numpy(),
+                         dtype=np.int64) if len(idx.values) else np.empty(0, np.int64)
+        out[hit] = True
+        return out
+    if not flat.type.equals(t):
+        try:
+            flat = flat.cast(t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return np.ones(n, dtype=bool)
+    parents = pc.list_parent_indices(lists)
+    hits = pa.table({term.column: flat, "__p": parents}).filter(term_expression(term, t))
+    out[np.asarray(hits.column("__p").to_numpy(), dtype=np.int64)] = True
+    return out
+
+
 def _term_mask(term: Term, values: pa.Array) -> np.ndarray:
     """Which partitions' (constant) value satisfies ``term`` (exact)."""
     expr = term_expression(term, values.type)
@@ -172,18 +238,30 @@ def plan_read(
             )
     check_dataset_schema(schema, meta.partition_keys, meta.uuid)
     dnf = bind(parse(predicates), schema, dataset=meta.uuid)
-    labels = list(meta.partitions)
-    n = len(labels)
     indices = dict(indices or {})
     pkeys = set(meta.partition_keys)
     pcols = [c for c in columns_of(dnf) if c in pkeys]
-    part_arrays = partition_value_arrays(meta, schema, labels) if (pcols and n) else {}
-    labels_arr = pa.array(labels, pa.string())
     idx_maps: dict[str, np.ndarray] = {}
     stats_rows: np.ndarray | None = None
-    if stats is not None and n and stats.num_rows:
-        pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
-        stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
+    rows: pa.Table | None = None  # format 2: the table's files, with statistics and idx: lists
+    if meta.files is not None:
+        rows = meta.files.for_table(table)
+        labels_arr = rows.column("label").combine_chunks()
+        keys_arr = rows.column("key").combine_chunks()
+        n = len(labels_arr)
+        if "rows" in rows.column_names and n:
+            stats, stats_rows = rows, np.arange(n)
+        else:
+            stats = None
+    else:
+        labels_list = list(meta.partitions)
+        labels_arr = pa.array(labels_list, pa.string())
+        keys_arr = None
+        n = len(labels_list)
+        if stats is not None and n and stats.num_rows:
+            pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
+            stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
+    part_arrays = partition_value_arrays_of(meta, schema, labels_arr, pcols) if (pcols and n) else {}
 
     stages: list[Stage] = []
     conj_masks: list[np.ndarray] = []
@@ -199,6 +277,11 @@ def plan_read(
                 stages.append(Stage(ci + 1, "partition index", term.column, before, int(mask.sum())))
                 continue
             residual.append(term)
+            lists = _idx_lists(rows, term.column)
+            if lists is not None and term.op != "is null":
+                mask &= _lists_mask(term, lists, schema)
+                stages.append(Stage(ci + 1, "secondary index", term.column, before, int(mask.sum())))
+                continue
             idx = indices.get(term.column)
             if idx is not None and not _index_answers(idx, term.op):
                 idx = None
@@ -226,7 +309,10 @@ def plan_read(
         for m in conj_masks:
             keep |= m
     kept = np.flatnonzero(keep)
-    kept_labels = [labels[i] for i in kept]
+    kept_arr = pa.array(kept, pa.int64())
+    kept_labels = labels_arr.take(kept_arr).to_pylist()
+    kept_keys = keys_arr.take(kept_arr).to_pylist() if keys_arr is not None else [
+        meta.file_key(lab, table) for lab in kept_labels]
     values = label_values(meta, kept_labels) if meta.partition_keys else [()] * len(kept_labels)
     tasks = []
     for j, i in enumerate(kept):
@@ -239,7 +325,7 @@ def plan_read(
             (col, decode_partition_value(values[j][k], schema.field(col).type, col))
             for k, col in enumerate(meta.partition_keys)
         )
-        tasks.append(ReadTask(labels[i], meta.file_key(labels[i], table), pv, res))
+        tasks.append(ReadTask(kept_labels[j], kept_keys[j], pv, res))
     calls = dict(store_calls or {})
     return ReadPlan(
         dataset_uuid=meta.uuid,

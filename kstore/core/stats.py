@@ -156,6 +156,8 @@ def stats_by_label(stats: pa.Table | None) -> dict[str, FileStats]:
     names = [c[4:] for c in stats.column_names if c.startswith("min:")]
     out = {}
     for r in rows:
+        if r["rows"] is None or r["bytes"] is None:
+            continue  # unknown (a file kstore has no statistics of)
         cols = {n: (r[f"min:{n}"], r[f"max:{n}"], r[f"nulls:{n}"]) for n in names}
         out[r["label"]] = FileStats(r["rows"], r["bytes"], cols)
     return out

@@ -4,28 +4,25 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kstore.blocks.commit import _entry_bytes
 from kstore.core import serialize
-from kstore.core.log import LogEntry
+from kstore.core.filetable import FileTable
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.state import main_file_bytes
 
-_json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["metadata", "a", "\"metadata\":null", "x"]), inner, max_size=3),
-    max_leaves=10,
-)
+_label_text = st.text(alphabet=st.sampled_from(list('ab=/%"\\\x01\u00e4\u65e5 ')), min_size=1, max_size=8)
 
 
 @settings(max_examples=200, deadline=None)
-@given(metadata=st.dictionaries(st.text(max_size=10), _json_values, max_size=4),
-       info=st.dictionaries(st.sampled_from(["metadata", "note", "k"]), _json_values, max_size=3))
-def test_spliced_entry_bytes_decode_to_the_entry(metadata, info):
-    e = LogEntry(version=1, commit_id="c", operation="append", parent=0,
-                 timestamp=datetime(2024, 1, 1, tzinfo=timezone.utc), metadata=metadata, info=info)
-    spliced = _entry_bytes(e, serialize.dumps(metadata, "json"))
-    assert json.loads(spliced) == json.loads(serialize.dumps(e.to_dict(), "json"))
-    assert LogEntry.from_dict(json.loads(spliced), dataset_uuid="d", version=1) == e
+@given(labels=st.lists(_label_text, max_size=6, unique=True),
+       meta_extra=st.dictionaries(st.sampled_from(["partitions", "note", "k"]), st.text(max_size=5), max_size=3))
+def test_fast_main_file_decodes_to_the_dict_form(labels, meta_extra):
+    """The main file built with Arrow string kernels is the JSON of ``to_dict()``, also for
+    labels that need escaping and user metadata that holds the splice marker's key."""
+    parts = {lab: {"table": f"d/table/{i}.parquet"} for i, lab in enumerate(labels)}
+    meta = DatasetMetadata.new("d", metadata=meta_extra).with_files(FileTable.from_partitions(parts))
+    assert json.loads(main_file_bytes(meta)) == json.loads(serialize.dumps(meta.to_dict(), "json"))
+    assert DatasetMetadata.from_dict(json.loads(main_file_bytes(meta))).partitions == meta.partitions

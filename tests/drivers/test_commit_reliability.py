@@ -481,8 +481,7 @@ CRASH_POINTS = {
     "before-any-file": (r"^ds/table/", 1, "before"),
     "mid-data-files": (r"^ds/table/", 2, "before"),
     "after-data-files": (r"^ds/indices/", 1, "before"),
-    "after-index-file": (r"^ds/_kstore/stats/", 1, "before"),
-    "after-stats-file": (r"^ds/_kstore/log/", 1, "before"),
+    "after-index-file": (r"^ds/_kstore/log/", 1, "before"),
     "after-log-claim": (r"^ds/_kstore/log/", 1, "after"),
     "after-main-file": (r"^ds\.by-dataset-metadata", 1, "after"),
 }
@@ -513,6 +512,16 @@ def referenced_by_any_version(url: str) -> set[str]:
     return keys
 
 
+def checkpoint_versions(keys: set[str]) -> set[int]:
+    return {v for v in (naming.version_from_checkpoint_key(UUID, k) for k in keys) if v is not None}
+
+
+def without_checkpoints(keys: set[str]) -> set[str]:
+    """``keys`` less format 2's checkpoints and the ``_last_checkpoint`` hint."""
+    return {k for k in keys if naming.version_from_checkpoint_key(UUID, k) is None
+            and k != naming.last_checkpoint_key(UUID)}
+
+
 def check_all_versions_read(url: str, model: dict[int, set[int]]) -> None:
     for v in log_versions(url):
         assert set(ids_of(url, version=v)) == model[v], f"version {v} reads differently"
@@ -523,8 +532,9 @@ def test_crashed_append_leaves_a_consistent_dataset(tmp_path, point):
     url, root = local_store(tmp_path)
     sequence = append_call_sequence(tmp_path)
     kinds = [k.split("/")[1] if "/" in k else "main" for _, k in sequence]
-    # the protocol order: data files, index file, statistics file, log claim, main file
-    assert kinds == ["table"] * 3 + ["indices", "_kstore", "_kstore", "main"], sequence
+    # the protocol order: data files, (kartothek's) index file, log claim, main file; format 2
+    # keeps statistics and index values in the log entry (no statistics file)
+    assert kinds == ["table"] * 3 + ["indices", "_kstore", "main"], sequence
     claim_at = next(i for i, (m, k) in enumerate(sequence) if "/_kstore/log/" in k) + 1
     if point.startswith("random-"):
         rng = random.Random(int(point.split("-")[1]))
@@ -582,6 +592,8 @@ def test_crashed_append_leaves_a_consistent_dataset(tmp_path, point):
     assert gc.retained_versions == (nxt, nxt + 1) and set(gc.expired_versions) == set(range(nxt))
     after = dataset_keys(url)
     assert not (orphans & after)
+    assert checkpoint_versions(after) <= set(gc.retained_versions) | {0}
+    after = without_checkpoints(after)
     newest = load.load_version(kstore.open_store(url), UUID, nxt + 1)
     assert newest.referenced_keys() == load.load_version(kstore.open_store(url), UUID, nxt).referenced_keys()
     assert after == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(nxt + 2)} | {
@@ -684,7 +696,8 @@ def test_crash_after_claim_then_gc_before_the_next_writer(tmp_path, op):
 
 GC_KILLS = {  # (key pattern, n-th matching call, count deletes instead of puts)
     "after-fence-claim": (r"^ds/_kstore/log/", 1, False),
-    "after-first-tombstone": (r"^ds/_kstore/log/", 2, False),
+    "after-gc-checkpoint": (r"^ds/_kstore/log/", 2, False),
+    "after-first-tombstone": (r"^ds/_kstore/log/", 4, False),
     "after-first-data-file-delete": (r"^ds/table/", 1, True),
 }
 
@@ -714,7 +727,8 @@ def test_crashed_gc_leaves_every_listed_version_readable(tmp_path, kill_after):
     assert gc.fence_version in (None, 4) and bool(gc.deleted_files) == (last == 4)
     assert [v for v in log_versions(url) if not load.load_entry(st, UUID, v).expired] == list(range(3, last + 1))
     newest = load.load_version(st, UUID, last)
-    assert dataset_keys(url) == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(last + 1)} | {
+    assert checkpoint_versions(dataset_keys(url)) <= {3, 4}  # GC checkpointed the oldest it retains
+    assert without_checkpoints(dataset_keys(url)) == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(last + 1)} | {
         naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
     assert set(ids_of(url)) == model[2]
 

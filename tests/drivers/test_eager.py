@@ -1122,13 +1122,18 @@ def test_corrupt_main_metadata_file(store_url, fmt, garbage):
     assert set(st.iter_prefix("ds")) == before  # the failed update wrote nothing
 
 
-def test_corrupt_index_file(store_url):
+def test_corrupt_checkpoint(store_url):
+    """A damaged checkpoint is a clear error naming it; kartothek's index files are not
+    read by kstore (the index values travel in the checkpoint), so damage there does not
+    change kstore's answers."""
     meta = kstore.store_dataset(store_url, "ds", simple_frame(), partition_on="p", secondary_indices="x")
-    kstore.open_store(store_url).put(meta.indices["x"], b"not parquet")
-    with raises(CorruptMetadataError, "'ds'", meta.indices["x"]):
+    st = kstore.open_store(store_url)
+    st.put(meta.indices["x"], b"not parquet")
+    expected = kstore.read_dataset(store_url, "ds", predicates=[[("x", "==", 10)]])
+    assert len(expected) == 1
+    st.put(naming.checkpoint_key("ds", 0), b"not parquet")
+    with raises(CorruptMetadataError, "'ds'", "checkpoint of version 0"):
         kstore.read_dataset(store_url, "ds", predicates=[[("x", "==", 10)]])
-    # reads that do not need the index still work
-    assert len(kstore.read_dataset(store_url, "ds", predicates=[[("p", "==", "a")]])) == 4
 
 
 def test_corrupt_or_missing_data_file(store_url):
@@ -1352,13 +1357,19 @@ BUDGET_CASES = {
 
 @pytest.mark.parametrize("case", list(BUDGET_CASES))
 def test_plan_call_budget(budget_store, case):
+    """Open + plan costs 1 + 1 + 1 + k store calls (k = log entries after the newest
+    checkpoint, at most about CHECKPOINT_INTERVAL), whatever the partitions and predicate."""
     url, n = budget_store
     pred, n_indices = BUDGET_CASES[case]
     counting = CountingStore(url)
     plan = kstore.plan_read(counting, "budget", predicates=pred)
     calls = dict(counting.calls)
-    # 1 get of the main file, 1 listing of the log entries after it (none), 1 get per index
-    assert calls == {"get": 1 + n_indices, "iter_prefix": 1}, calls
+    # format 2: 1 get of _last_checkpoint, 1 listing of the log from it, 1 get of the
+    # checkpoint (+ k entries after it: none here). Index values and statistics travel in
+    # the checkpoint: no further call, whatever the predicate
+    assert calls == {"get": 2, "iter_prefix": 1}, calls
+    assert [k for m, k in counting.keys if m == "get"] == [naming.last_checkpoint_key("budget"),
+                                                            naming.checkpoint_key("budget", 0)]
     assert [k for m, k in counting.keys if m == "iter_prefix"] == [naming.log_prefix("budget")]
     assert plan.n_partitions == n
     # the plan is right, too
@@ -1380,7 +1391,7 @@ def _to_query(dnf) -> str:
 
 
 def test_plan_call_budget_plain_column_uses_statistics(budget_store):
-    """A predicate column without an index costs one more get: the statistics file."""
+    """A predicate column without an index is pruned by the statistics in the checkpoint."""
     url, n = budget_store
     counting = CountingStore(url)
     plan = kstore.plan_read(counting, "budget", predicates=[[("v", ">=", n - 2.0)]])
@@ -1393,8 +1404,8 @@ def test_plan_call_budget_msgpack(store_url):
                          metadata_format="msgpack.zstd")
     counting = CountingStore(store_url)
     kstore.plan_read(counting, "mp", predicates=[[("x", "==", 10)]])
-    # JSON is tried first (a miss), then msgpack.zstd, the log listing, then the index
-    assert dict(counting.calls) == {"get": 3, "iter_prefix": 1}
+    # the main file's format does not matter to kstore readers: they read the log
+    assert dict(counting.calls) == {"get": 2, "iter_prefix": 1}
 
 
 def test_read_opens_only_planned_files(budget_store):

@@ -22,6 +22,7 @@ import kstore
 from kstore.core import naming
 from kstore.core.serialize import MAX_METADATA_DEPTH
 from kstore.errors import CorruptMetadataError, InvalidArgumentError, LimitExceededError, UnsupportedTypeError
+from tests.format1 import copy_format1
 
 UUID = "ds"
 
@@ -32,6 +33,20 @@ def frame() -> pd.DataFrame:
 
 def new_dataset(url: str) -> kstore.core.metadata.DatasetMetadata:
     return kstore.store_dataset(url, UUID, frame(), partition_on="p", secondary_indices=["x"])
+
+
+def drop_log(url: str) -> None:
+    """Make the dataset kartothek's (no kstore log): it is read from its main file."""
+    st = kstore.open_store(url)
+    for key in list(st.iter_prefix(naming.log_prefix(UUID))):
+        st.delete(key)
+
+
+def format1_dataset(url: str) -> kstore.core.metadata.DatasetMetadata:
+    """``new_dataset`` as kstore wrote it before format 2: a statistics file and index files
+    that kstore reads (format 2 keeps both in its checkpoint and log)."""
+    copy_format1(url, "hostile", UUID)
+    return kstore.open_dataset(url, UUID).metadata
 
 
 def snapshot(url: str) -> dict[str, bytes]:
@@ -74,7 +89,7 @@ STATS_DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(STATS_DAMAGE))
 def test_statistics_file_with_wrong_column_types(store_url, damage):
-    meta = new_dataset(store_url)
+    meta = format1_dataset(store_url)
     st = kstore.open_store(store_url)
     st.put(meta.stats_key, parquet_bytes(STATS_DAMAGE[damage](sorted(meta.partitions))))
     before = snapshot(store_url)
@@ -100,7 +115,7 @@ INDEX_DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(INDEX_DAMAGE))
 def test_index_file_with_wrong_column_types(store_url, damage):
-    meta = new_dataset(store_url)
+    meta = format1_dataset(store_url)
     st = kstore.open_store(store_url)
     st.put(meta.indices["x"], parquet_bytes(INDEX_DAMAGE[damage](sorted(meta.partitions))))
     before = snapshot(store_url)
@@ -116,18 +131,16 @@ def test_index_file_with_wrong_column_types(store_url, damage):
 
 @pytest.mark.parametrize("labels", [[5], [None], [["a"]], "abc"], ids=["int", "null", "list", "str"])
 def test_inline_index_with_non_string_labels(store_url, labels):
-    new_dataset(store_url)
+    format1_dataset(store_url)
     st = kstore.open_store(store_url)
     key = naming.metadata_key(UUID)
     raw = json.loads(st.get(key))
     raw["indices"]["x"] = {"3": labels}  # kartothek's inline form, damaged
     st.put(key, json.dumps(raw).encode())
-    if not isinstance(labels, list):
-        # the main file itself is damaged: kstore reads the version from its log entry (and
-        # the next commit rewrites the main file); without a log the damage is an error
-        assert len(kstore.read_dataset(store_url, UUID, predicates=[[("x", "==", 3)]])) == 1
-        for log_key in list(st.iter_prefix(naming.log_prefix(UUID))):
-            st.delete(log_key)
+    # kstore reads a versioned dataset from its log, so the damaged main file (kartothek's
+    # view) does not matter to it; without a log (a kartothek dataset) the damage is an error
+    assert len(kstore.read_dataset(store_url, UUID, predicates=[[("x", "==", 3)]])) == 1
+    drop_log(store_url)
     before = snapshot(store_url)
     with pytest.raises(CorruptMetadataError, match="inline index.*'x'"):
         kstore.read_dataset(store_url, UUID, predicates=[[("x", "==", 3)]])
@@ -172,11 +185,13 @@ def test_user_metadata_nested_too_deep_is_refused_before_writing(store_url, dept
 
 
 def test_deeply_nested_main_metadata_file_is_a_limit_error(store_url):
-    new_dataset(store_url)
+    format1_dataset(store_url)
     st = kstore.open_store(store_url)
     key = naming.metadata_key(UUID)
     good = st.get(key)
     st.put(key, good[:-1] + b',"metadata2":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert len(kstore.read_dataset(store_url, UUID)) == 3  # read from the log: the main file is not needed
+    drop_log(store_url)
     for call in (lambda: kstore.read_dataset(store_url, UUID), lambda: kstore.update_dataset(store_url, UUID, frame())):
         with pytest.raises(LimitExceededError, match=f"dataset '{UUID}'.*nest"):
             call()
@@ -463,7 +478,7 @@ def test_damaged_pandas_metadata_is_only_a_hint(store_url, pandas_meta):
 
 
 def test_empty_statistics_file_prunes_nothing(store_url):
-    meta = new_dataset(store_url)
+    meta = format1_dataset(store_url)
     st = kstore.open_store(store_url)
     st.put(meta.stats_key, parquet_bytes(pq.read_table(pa.BufferReader(st.get(meta.stats_key))).slice(0, 0)))
     got = kstore.read_dataset(store_url, UUID, predicates=[[("s", "==", "a")], [("s", "==", "c")]])
@@ -492,7 +507,8 @@ def test_main_metadata_file_that_decompresses_beyond_the_limit(store_url):
 
     from kstore.core.serialize import MAX_METADATA_BYTES
 
-    new_dataset(store_url)
+    format1_dataset(store_url)
+    drop_log(store_url)  # a kartothek dataset: read from its main file
     st = kstore.open_store(store_url)
     st.delete(naming.metadata_key(UUID))
     cobj = zstandard.ZstdCompressor(level=1, write_content_size=False).compressobj()

@@ -54,11 +54,12 @@ def test_snapshot_reads_equal_read_dataset(url):
 
 def test_plans_of_one_snapshot_load_each_index_once(url):
     snap = kstore.open_dataset(url, UUID)
-    assert dict(snap.open_calls) == {"get": 1, "iter_prefix": 1}
+    # _last_checkpoint, one listing, the checkpoint (+ the entries after it)
+    assert dict(snap.open_calls)["iter_prefix"] == 1 and 2 <= dict(snap.open_calls)["get"] <= 12
     first = snap.plan(predicates=[[("loc", "==", 3)]])
-    assert first.calls_detail == {"get": 2, "iter_prefix": 1}  # + the index of loc
+    assert first.calls_detail == snap.open_calls  # index values travel in the state: no call
     second = snap.plan(predicates=[[("loc", "==", 4)]])
-    assert second.calls_detail == {"get": 1, "iter_prefix": 1}  # the index is cached
+    assert second.calls_detail == snap.open_calls
     assert set(first.partitions) and set(first.partitions) <= set(snap.metadata.partitions)
 
 

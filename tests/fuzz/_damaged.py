@@ -145,7 +145,7 @@ def damage(data: st.DataObject, b: Base, kind: str, key: str) -> tuple[str, byte
     raw = b.files[key]
     if data.draw(st.booleans(), label="bytes or fields"):
         return damage_bytes(data, raw)
-    if kind == "main":
+    if kind in ("main", "log"):
         return damage_metadata(data, raw, "json" if key.endswith(".json") else "msgpack.zstd")
     return damage_parquet(data, raw)
 

@@ -167,7 +167,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 # -- base datasets --------------------------------------------------------------------------------
 
-KINDS = ("main", "common", "index", "stats", "data")
+KINDS = ("main", "common", "index", "stats", "data", "log", "checkpoint")
 
 
 @dataclass
@@ -210,8 +210,11 @@ def _keys_by_kind(store: MemoryStore, uuid: str) -> dict[str, list[str]]:
     data = sorted(k for files in meta.partitions.values() for k in files.values())
     common = sorted(k for k in store.iter_prefix(uuid + "/") if k.endswith("/" + naming.COMMON_METADATA))
     main = [k for k in (naming.metadata_key(uuid, f) for f in naming.METADATA_FORMATS) if store.exists(k)]
+    listing = kstore.blocks.load.list_log(store, uuid)
     return {"main": main, "common": common, "index": sorted(meta.indices.values()),
-            "stats": [meta.stats_key] if meta.stats_key else [], "data": data}
+            "stats": sorted(k for k in store.iter_prefix(f"{uuid}/{naming.KSTORE_DIR}/stats/")), "data": data,
+            "log": [naming.log_key(uuid, v) for v in listing.versions],
+            "checkpoint": [naming.checkpoint_key(uuid, v) for v in listing.checkpoints]}
 
 
 def _probe(store: MemoryStore, uuid: str, columns: list[str | None]) -> dict[str, Any]:
@@ -280,10 +283,26 @@ def _kartothek_base(uuid: str) -> Base | None:
     return base
 
 
+def _format1_base() -> Base:
+    """A dataset kstore wrote in format 1 (tests/data/format1: full-metadata log entries,
+    statistics and index files), with one format-2 commit on top."""
+    from tests.format1 import copy_format1
+
+    store = MemoryStore()
+    copy_format1(store, "history", "h")
+    base = Base("kstore-format1", "h", {}, {}, "json", "p", "x", "id")
+    base.keys = _keys_by_kind(store, "h")
+    base.probe = _probe(store, "h", ["p", "x", "id"])
+    base.append = pd.DataFrame({"p": [1, 4], "x": [11, 12], "id": [40, 41]})
+    _sentinel(store)
+    base.files = dict(store._data)
+    return base
+
+
 @cache
 def bases() -> tuple[Base, ...]:
     made = [_kstore_base("kstore-json", "json"), _kstore_base("kstore-msgpack", "msgpack.zstd"),
-            _kstore_base("kartothek-style", "json", kartothek_style=True)]
+            _kstore_base("kartothek-style", "json", kartothek_style=True), _format1_base()]
     for uuid in ("pub_part_int", "pub_part_str_date", "pub_msgpack", "pub_empty_header"):
         b = _kartothek_base(uuid)
         if b is not None:

@@ -382,7 +382,7 @@ class Observer:
         if v > 0 and v - 1 not in self.snapshots:
             self.fail(f"version {v} appeared but version {v - 1} was never seen")
         before = self.snapshots.get(v - 1) if v > 0 else None
-        if entry.get("metadata") is None:
+        if entry.get("metadata") is None and entry.get("actions") is None:
             if operation not in ("vacuum", "delete"):
                 self.fail(f"version {v} ({operation}) has no metadata")
             self.snapshots[v] = None
@@ -406,8 +406,8 @@ class Observer:
             self.fail(f"version {v} ({operation}, {txn}) holds the wrong rows: missing {missing}, extra {extra}")
         self._check_indices(v, table)
         self.snapshots[v] = got
-        self.meta_dicts[v] = entry["metadata"]
         meta = load.entry_metadata(self.raw, UUID, load.load_entry(self.raw, UUID, v))
+        self.meta_dicts[v] = entry["metadata"] if entry.get("metadata") is not None else meta.to_dict()
         self.refs[v] = frozenset(meta.referenced_keys())
         self.retained.add(v)
 
@@ -635,6 +635,18 @@ class Simulation:
     # -- run ------------------------------------------------------------------------------
 
     def run(self) -> Stats:
+        # format 2: short checkpoint intervals too, so schedules replay chains across
+        # checkpoints that writers and GC write (and that faults interrupt)
+        import kstore.blocks.commit as commit_block
+
+        interval = random.Random(self.seed ^ 0xC4EC).choice([2, 3, 5, 10])
+        saved, commit_block.CHECKPOINT_INTERVAL = commit_block.CHECKPOINT_INTERVAL, interval
+        try:
+            return self._run()
+        finally:
+            commit_block.CHECKPOINT_INTERVAL = saved
+
+    def _run(self) -> Stats:
         with runtime.installed(self.clock):
             if not self.config.create_concurrently:
                 init = Op("create", ("init", 1), rows=self._rows(4))

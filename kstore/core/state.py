@@ -1,0 +1,353 @@
+"""Format 2's state codecs (pure): log-entry actions, replay, and checkpoints.
+
+A format-2 log entry records one commit as ``actions`` (docs/FORMAT.md, part E)::
+
+    {"reset": bool,            # create/overwrite: the state starts from nothing
+     "state": {...},           # the small state after the commit (the main file's keys
+                               #   without "partitions": schema, partition keys, indices,
+                               #   user metadata, txns, orphan cutoff)
+     "add": "<base64 Arrow IPC>",   # file-table rows of the files added (with statistics
+                                    #   and idx: value lists)
+     "remove": [labels],
+     "index": {col: "<base64 Arrow IPC>"}}  # idx: lists of existing files (index builds)
+
+Its size is O(what changed) plus the small state, whatever the number of partitions. A
+**checkpoint** is the whole state of one version: the file table as Parquet with the small
+state in the file's key-value metadata. Replaying a version = the newest checkpoint (or
+format-1 entry, or resetting entry) at or before it, then the entries after it in order.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from kstore.core.metadata import DatasetMetadata
+>>> from kstore.core.filetable import FileTable, file_rows
+>>> from kstore.core.stats import FileStats
+>>> schema = pa.schema([("p", pa.int64()), ("x", pa.int64())])
+>>> meta = DatasetMetadata.new("d", partition_keys=("p",)).evolve(version=0, schema=schema)
+>>> add = file_rows(["p=1/a"], ["table"], ["d/table/p=1/a.parquet"], [FileStats(2, 10, {"x": (1, 5, 0)})], schema)
+>>> new = replay(meta.with_files(FileTable()), decode_actions(
+...     encode_actions(meta.evolve(version=1), add=add), dataset_uuid="d", where="v1"), version=1)
+>>> new.version, list(new.partitions)
+(1, ['p=1/a'])
+>>> back = from_checkpoint(checkpoint_bytes(new), dataset_uuid="d", version=1)
+>>> back.files.table.equals(new.files.table), back.schema.equals(schema)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from kstore.core.filetable import IDX, FileTable
+from kstore.core.metadata import DatasetMetadata
+from kstore.errors import CorruptMetadataError, LimitExceededError
+
+__all__ = ["Decoded", "encode_actions", "decode_actions", "replay", "checkpoint_bytes", "from_checkpoint",
+           "CHECKPOINT_INTERVAL", "STATE_KEY"]
+
+#: A committing writer writes a checkpoint when its version is a multiple of this, or when
+#: the replay chain it read grew this long (a failed checkpoint write only costs replay).
+CHECKPOINT_INTERVAL = 10
+#: Key of the small state in a checkpoint's Parquet key-value metadata.
+STATE_KEY = b"kstore.state"
+
+
+def _ipc(table: pa.Table) -> str:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def _from_ipc(text: Any, where: str, what: str) -> pa.Table:
+    if not isinstance(text, str):
+        raise CorruptMetadataError(f"{where}: actions.{what} must be base64 text")
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True))).read_all()
+    except (ValueError, pa.ArrowException) as exc:
+        raise CorruptMetadataError(f"{where}: actions.{what} is not an Arrow IPC stream ({exc})") from exc
+
+
+def encode_actions(new: DatasetMetadata, *, add: pa.Table | None = None, remove: Sequence[str] = (),
+                   reset: bool = False, index: Mapping[str, pa.Table] | None = None) -> dict[str, Any]:
+    """The ``actions`` of a log entry that turns the parent's state into ``new``.
+
+    ``index`` maps a column to a table ``(label, idx:<col>)`` of existing files whose index
+    values the commit filled in (an index build)."""
+    out: dict[str, Any] = {"reset": bool(reset), "state": new.to_dict(partitions=False),
+                           "remove": list(remove)}
+    if add is not None and add.num_rows:
+        out["add"] = _ipc(add)
+    if index:
+        out["index"] = {col: _ipc(t) for col, t in index.items()}
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """Validated actions of one format-2 log entry."""
+
+    reset: bool
+    state: Mapping[str, Any]
+    add: FileTable | None
+    remove: tuple[str, ...]
+    index: Mapping[str, pa.Table]
+
+
+def decode_actions(raw: Any, *, dataset_uuid: str, where: str) -> Decoded:
+    """Validate an entry's ``actions`` (every defect is a CorruptMetadataError naming ``where``)."""
+    if not isinstance(raw, Mapping):
+        raise CorruptMetadataError(f"{where}: actions must be a mapping")
+    state = raw.get("state")
+    if not isinstance(state, Mapping):
+        raise CorruptMetadataError(f"{where}: actions.state must be a mapping")
+    remove = raw.get("remove") or []
+    if not isinstance(remove, list) or not all(isinstance(x, str) for x in remove):
+        raise CorruptMetadataError(f"{where}: actions.remove must be a list of partition labels")
+    reset = raw.get("reset", False)
+    if not isinstance(reset, bool):
+        raise CorruptMetadataError(f"{where}: actions.reset must be true or false")
+    add = None
+    if raw.get("add") is not None:
+        table = _from_ipc(raw["add"], where, "add")
+        names = table.column_names
+        if tuple(names[:3]) != ("label", "table", "key") or not all(
+                pa.types.is_string(table.schema.field(i).type) for i in range(3)):
+            raise CorruptMetadataError(f"{where}: actions.add must start with string columns label, table, key")
+        add = FileTable(table).validate(dataset_uuid, where)
+    index: dict[str, pa.Table] = {}
+    raw_index = raw.get("index") or {}
+    if not isinstance(raw_index, Mapping):
+        raise CorruptMetadataError(f"{where}: actions.index must be a mapping")
+    for col, text in raw_index.items():
+        t = _from_ipc(text, where, f"index[{col!r}]")
+        if t.column_names != ["label", IDX + col] or not pa.types.is_list(t.schema.field(1).type):
+            raise CorruptMetadataError(f"{where}: actions.index[{col!r}] must have columns label, {IDX + col}")
+        index[str(col)] = t
+    return Decoded(reset, state, add, tuple(remove), index)
+
+
+def _small_state(state: Mapping[str, Any], dataset_uuid: str, where: str) -> DatasetMetadata:
+    raw = {k: v for k, v in state.items() if k != "partitions"}
+    try:
+        meta = DatasetMetadata.from_dict(raw, expected_uuid=dataset_uuid)
+    except CorruptMetadataError as exc:
+        raise CorruptMetadataError(f"{where}: {exc}") from exc
+    return meta
+
+
+def replay(base: DatasetMetadata | None, actions: Decoded, *, version: int,
+           where: str = "log entry") -> DatasetMetadata:
+    """The state after one format-2 entry on top of ``base`` (columnar; None for a reset)."""
+    small = _small_state(actions.state, base.uuid if base is not None else str(actions.state.get("dataset_uuid")),
+                         where)
+    if small.version != version:
+        raise CorruptMetadataError(f"{where}: its state says version {small.version}")
+    if actions.reset or base is None:
+        if not actions.reset:
+            raise CorruptMetadataError(f"{where}: no base state to apply it to")
+        files = FileTable()
+    else:
+        files = base.files if base.files is not None else FileTable.from_partitions(base.partitions)
+    if actions.remove and len(files):
+        gone = pc.is_in(files.table.column("label"), value_set=pa.array(list(actions.remove), pa.string()))
+        files = FileTable(files.table.filter(pc.invert(gone)))
+    if actions.add is not None:
+        from kstore.core.filetable import Actions
+
+        files = files.apply(Actions(add=conform_files(actions.add.table, small.schema, where)))
+    for col, t in actions.index.items():
+        files = set_index_lists(files, col, t.column("label").combine_chunks(), t.column(1).combine_chunks())
+    indexed = set(small.indices)
+    for col in files.index_columns:
+        if col not in indexed:
+            files = files.drop_index(col)
+    return small.with_files(files)
+
+
+def set_index_lists(files: FileTable, column: str, labels: pa.Array, lists: pa.Array) -> FileTable:
+    """``idx:<column>`` of the first file of each of ``labels`` set to ``lists`` (others kept)."""
+    name = IDX + column
+    rows = files.first_rows()
+    first_labels = files.labels.combine_chunks().take(rows)
+    pos = pc.index_in(first_labels, value_set=labels)
+    n = len(files)
+    import numpy as np
+
+    src = np.full(n, -1, dtype=np.int64)
+    src[rows.to_numpy()] = pos.fill_null(-1).to_numpy(zero_copy_only=False)
+    has = src >= 0
+    taken = lists.take(pa.array(np.where(has, src, 0))) if len(lists) else pa.nulls(n, lists.type)
+    if name in files.table.column_names:
+        old = files.table.column(name).combine_chunks()
+        if not old.type.equals(taken.type):
+            try:
+                old = old.cast(taken.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                old = pa.nulls(n, taken.type)
+    else:
+        old = pa.nulls(n, taken.type)
+    return files.with_index(column, pc.if_else(pa.array(has), taken, old))
+
+
+def checkpoint_bytes(meta: DatasetMetadata) -> bytes:
+    """A checkpoint of ``meta`` (columnar): Parquet of the file table, small state in its
+    key-value metadata. Deterministic for one state (two writers writing it agree)."""
+    files = meta.files if meta.files is not None else FileTable.from_partitions(meta.partitions)
+    state = json.dumps(meta.to_dict(partitions=False), ensure_ascii=False, separators=(",", ":"),
+                       sort_keys=True, default=str).encode("utf-8")
+    table = files.table.replace_schema_metadata({STATE_KEY: state})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", write_statistics=False, store_schema=True)
+    return sink.getvalue()
+
+
+def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: int | None = None) -> DatasetMetadata:
+    """The state a checkpoint holds (validated; ``version`` is the one its key names)."""
+    where = f"dataset {dataset_uuid!r}: checkpoint of version {version}"
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        if max_bytes is not None:
+            size = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
+            if size > max_bytes:
+                raise LimitExceededError(f"{where} holds {size} bytes of data, more than the limit of {max_bytes}")
+        table = pf.read()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptMetadataError(f"{where} is not a readable Parquet file ({exc})") from exc
+    raw_state = (table.schema.metadata or {}).get(STATE_KEY)
+    if raw_state is None:
+        raise CorruptMetadataError(f"{where} has no kstore state")
+    try:
+        state = json.loads(raw_state)
+    except ValueError as exc:
+        raise CorruptMetadataError(f"{where}: its state is not JSON ({exc})") from exc
+    if not isinstance(state, Mapping):
+        raise CorruptMetadataError(f"{where}: its state is not a mapping")
+    small = _small_state(state, dataset_uuid, where)
+    if small.version != version:
+        raise CorruptMetadataError(f"{where} holds version {small.version}")
+    files = FileTable(conform_files(table.replace_schema_metadata(None), small.schema, where))
+    return small.with_files(files.validate(dataset_uuid, where))
+
+
+def _needs_escape(strings: pa.Array) -> bool:
+    """Whether any string holds a byte JSON must escape (a quote, a backslash, a control
+    character): one scan of the array's character buffer."""
+    import numpy as np
+
+    if strings.offset or strings.null_count:
+        strings = pa.concat_arrays([strings]) if not strings.null_count else strings
+        if strings.null_count:
+            return True
+    buf = strings.buffers()[2]
+    if buf is None:
+        return False
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1)
+    data = np.frombuffer(buf, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return bool(((data < 0x20) | (data == 0x22) | (data == 0x5C)).any())
+
+
+def main_file_bytes(meta: DatasetMetadata, fmt: str = "json") -> bytes:
+    """The main metadata file (kartothek's view) of ``meta``.
+
+    For a columnar single-table state in JSON the ``partitions`` object is built with
+    Arrow string kernels from the label and key columns (no Python object per partition),
+    and spliced into the rest of the document; otherwise (msgpack, several tables, labels
+    that need JSON escaping) through the dict.
+
+    >>> import json
+    >>> from kstore.core.filetable import FileTable
+    >>> m = DatasetMetadata.new("d").with_files(FileTable.from_partitions({"a": {"table": "d/table/a.parquet"}}))
+    >>> json.loads(main_file_bytes(m))["partitions"]
+    {'a': {'files': {'table': 'd/table/a.parquet'}}}
+    """
+    from kstore.core import serialize
+
+    files = meta.files
+    if files is None or fmt != "json" or len(files) == 0 or not files.single_table():
+        return serialize.dumps(meta.to_dict(), fmt)  # type: ignore[arg-type]
+    t = files.table
+    labels = t.column("label").combine_chunks()
+    keys = t.column("key").combine_chunks()
+    table_name = t.column("table")[0].as_py()
+    if (_needs_escape(labels) or _needs_escape(keys)
+            or json.dumps(table_name, ensure_ascii=False) != f'"{table_name}"'
+            or pc.count_distinct(labels).as_py() != len(labels)):
+        return serialize.dumps(meta.to_dict(), fmt)  # type: ignore[arg-type]
+    raw = meta.to_dict(partitions=False)
+    raw["partitions"] = None
+    head = serialize.dumps(raw, "json")
+    marker = b'"partitions":null'
+    at = head.find(marker)
+    if at < 0 or head.count(marker) != 1:
+        return serialize.dumps(meta.to_dict(), fmt)  # type: ignore[arg-type]
+    items = pc.binary_join_element_wise(pa.scalar('"'), labels, pa.scalar(f'":{{"files":{{"{table_name}":"'),
+                                        keys, pa.scalar('"}}'), "")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(items)], pa.int32()), items), ",")
+    body: bytes = joined.cast(pa.binary())[0].as_py()
+    return head[:at] + b'"partitions":{' + body + b"}" + head[at + len(marker):]
+
+
+def conform_files(table: pa.Table, schema: pa.Schema | None, where: str) -> pa.Table:
+    """A file table read from a checkpoint or a log entry, checked against the version's
+    ``schema``: unique column names, string label/table/key, int64 counts, statistics in
+    threes of the column's type, ``idx:`` lists of the column's index type. Statistics and
+    index lists of columns the schema lacks are dropped; any defect is a
+    CorruptMetadataError naming ``where`` and the column."""
+    from kstore.core.index import index_storage_type
+    from kstore.core.stats import _bound_type, _conform_column, _orderable, in_microseconds
+    from kstore.core.types import duplicate_names
+
+    dupes = duplicate_names(table.column_names)
+    if dupes:
+        raise CorruptMetadataError(f"{where}: the file table has duplicate columns {sorted(dupes)[:5]}")
+    FileTable(table)  # label, table, key first
+    try:
+        table = in_microseconds(table)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptMetadataError(f"{where}: timestamp statistics do not convert to microseconds: {exc}") from exc
+    keep = ["label", "table", "key"]
+    for name in ("rows", "bytes"):
+        if name in table.column_names:
+            table = _conform_column(table, name, pa.int64(), where, f"column {name!r}")
+            keep.append(name)
+    names = set(table.column_names)
+    stat_cols = list(dict.fromkeys(c.split(":", 1)[1] for c in table.column_names
+                                   if c.startswith(("min:", "max:", "nulls:"))))
+    for c in stat_cols:
+        trio = [f"min:{c}", f"max:{c}", f"nulls:{c}"]
+        i = schema.get_field_index(c) if schema is not None else -1
+        if i < 0 or not _orderable(schema.field(i).type):  # type: ignore[union-attr]
+            continue
+        missing = [n for n in trio if n not in names]
+        if missing:
+            raise CorruptMetadataError(f"{where}: column {c!r} has statistics without {missing}")
+        bound = _bound_type(schema.field(i).type)  # type: ignore[union-attr]
+        for n, want in zip(trio, (bound, bound, pa.int64())):
+            table = _conform_column(table, n, want, where, f"statistic {n.split(':')[0]!r} of column {c!r}")
+        keep.extend(trio)
+    for name in [n for n in table.column_names if n.startswith(IDX)]:
+        c = name[len(IDX):]
+        i = schema.get_field_index(c) if schema is not None else -1
+        if i < 0:
+            continue
+        want = pa.list_(index_storage_type(schema.field(i).type))  # type: ignore[union-attr]
+        col = table.column(name)
+        if not col.type.equals(want):
+            if not (pa.types.is_list(col.type) or pa.types.is_null(col.type)):
+                raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}")
+            try:
+                table = table.set_column(table.column_names.index(name), name, col.cast(want))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}") from exc
+        keep.append(name)
+    return table.select(keep) if keep != table.column_names else table

@@ -1,0 +1,149 @@
+"""Format 2 (issue #12): the action log with checkpoints, on real stores.
+
+- Datasets kstore wrote before format 2 (``tests/data/format1/``, real bytes of that
+  kstore) open, read every version, time-travel, accept new commits and garbage collection;
+  kartothek's view (the main file plateau reads) stays right across the change.
+- A commit writes O(changed) bytes to the log whatever the size of the dataset.
+- Every version reads the same after any number of commits, through checkpoints and replay.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+
+import kstore
+from kstore.blocks import load
+from kstore.core import naming
+from kstore.core.state import CHECKPOINT_INTERVAL
+from kstore.io.store import CountingStore
+from tests.format1 import copy_format1
+
+ZERO = {"retention": timedelta(0), "enforce_retention_duration": False}
+#: rows (id) of each version of the fixture dataset "h" (see tests/data/format1/make.py)
+H_VERSIONS = {0: {0, 1, 2}, 1: {0, 1, 2, 3, 4}, 2: {2, 3, 4, 5}, 3: {2, 3, 5}}
+
+
+def ids(url: str, uuid: str, **kw) -> set[int]:
+    return set(kstore.read_dataset(url, uuid, columns=["id"], **kw)["id"].tolist())
+
+
+@pytest.fixture
+def f1(store_url):
+    copy_format1(store_url, "history", "h")
+    copy_format1(store_url, "history", "m")
+    return store_url
+
+
+def test_format1_dataset_reads_every_version_and_its_history(f1):
+    for v, rows in H_VERSIONS.items():
+        assert ids(f1, "h", version=v) == rows
+    assert ids(f1, "h") == H_VERSIONS[3]
+    assert ids(f1, "h", predicates=[[("x", "==", 9)]]) == {5}  # its index file, format 1
+    assert [(h.version, h.operation) for h in kstore.history(f1, "h")] == [
+        (0, "create"), (1, "append"), (2, "overwrite_partitions"), (3, "delete_rows")]
+    as_of = kstore.history(f1, "h")[1].timestamp
+    assert ids(f1, "h", as_of=as_of) == H_VERSIONS[1]
+
+
+@pytest.mark.parametrize("uuid", ["h", "m"])
+def test_format1_dataset_accepts_commits_and_keeps_every_version(f1, uuid):
+    base = kstore.open_dataset(f1, uuid)
+    expected = {v: ids(f1, uuid, version=v) for v in range(base.version + 1)}
+    for i in range(12):  # past a checkpoint interval
+        meta = kstore.update_dataset(f1, uuid, pd.DataFrame({"p": [i % 3 + 1], "x": [100 + i], "id": [100 + i]}))
+        expected[meta.version] = expected[meta.version - 1] | {100 + i}
+    first_new = base.version + 1
+    st = kstore.open_store(f1)
+    entry = load.load_entry(st, uuid, first_new)
+    assert entry.format == 2 and entry.is_base  # the first format-2 commit records the whole state once
+    assert load.load_entry(st, uuid, first_new + 1).format == 2 and not load.load_entry(st, uuid, first_new + 1).is_base
+    for v, rows in expected.items():
+        assert ids(f1, uuid, version=v) == rows, v
+    assert ids(f1, uuid, predicates=[[("x", "==", 105)]]) == {105}
+    assert ids(f1, uuid, predicates=[[("x", "in", [3, 111])]]) == ({0} if uuid == "m" else set()) | {111}
+    # the main file stays in the dataset's format, at the newest version, for kartothek readers
+    main = {k for k in st.iter_prefix("") if k.startswith(uuid + ".by-dataset-metadata")}
+    assert main == {naming.metadata_key(uuid, "msgpack.zstd" if uuid == "m" else "json")}
+    assert load.load_main(st, uuid)[0].version == max(expected)
+
+
+def test_gc_across_format1_and_format2_versions(f1):
+    for i in range(3):
+        kstore.update_dataset(f1, "h", pd.DataFrame({"p": [1], "x": [50 + i], "id": [50 + i]}))
+    newest = kstore.open_dataset(f1, "h").version
+    want = ids(f1, "h")
+    gc = kstore.garbage_collect(f1, "h", **ZERO)
+    assert set(gc.expired_versions) == set(range(newest))
+    st = kstore.open_store(f1)
+    # the oldest retained version got a checkpoint before older entries became tombstones
+    assert st.exists(naming.checkpoint_key("h", newest))
+    assert ids(f1, "h") == want and ids(f1, "h", version=newest) == want
+    assert not list(st.iter_prefix("h/_kstore/stats/"))  # format 1's statistics files went with their versions
+    assert kstore.update_dataset(f1, "h", pd.DataFrame({"p": [2], "x": [60], "id": [60]})).version == newest + 2
+
+
+def test_plateau_reads_the_main_file_of_an_upgraded_dataset(tmp_path):
+    plateau_api = pytest.importorskip("plateau.api.dataset")
+    minimalkv = pytest.importorskip("minimalkv")
+    root = tmp_path / "store"
+    root.mkdir()
+    url = str(root)
+    copy_format1(url, "history", "h")
+    for i in range(CHECKPOINT_INTERVAL + 1):
+        kstore.update_dataset(url, "h", pd.DataFrame({"p": [3], "x": [70 + i], "id": [70 + i]}))
+    store = functools.partial(minimalkv.get_store_from_url, "hfs://" + url)
+    got = plateau_api.read_table("h", store=store)
+    assert set(got["id"]) == ids(url, "h")
+    by_index = plateau_api.read_table("h", store=store, predicates=[[("x", "==", 75)]])
+    assert set(by_index["id"]) == {75}
+
+
+@pytest.mark.parametrize("n", [200, 2000])
+def test_a_commit_writes_o_changed_bytes_to_the_log(tmp_path, n):
+    """An append of one partition writes a log entry of a few KiB whatever the size of the
+    dataset (format 1 wrote the whole metadata and a statistics file: O(partitions))."""
+    url = str(tmp_path)
+    df = pd.DataFrame({"p": range(n), "loc": [i % 50 for i in range(n)], "q": 1})
+    kstore.store_dataset(url, "d", df, partition_on="p", secondary_indices=["loc"])
+    counting = CountingStore(url)
+    kstore.update_dataset(counting, "d", pd.DataFrame({"p": [n], "loc": [7], "q": [1]}))
+    written = {k: len(kstore.open_store(url).get(k)) for m, k in counting.keys if m in ("put", "put_if_absent")}
+    log = {k: b for k, b in written.items() if k.startswith(naming.log_prefix("d"))}
+    assert list(log) == [naming.log_key("d", 1)]  # no checkpoint at version 1, no statistics file
+    assert log[naming.log_key("d", 1)] < 8 * 1024
+    entry = json.loads(kstore.open_store(url).get(naming.log_key("d", 1)))
+    assert entry["format"] == 2 and entry["n_partitions"] == n + 1 and "metadata" not in entry or entry["metadata"] is None
+
+
+def test_replay_equals_the_committed_state_through_checkpoints(store_url):
+    """Each version read back (checkpoint + replay) equals the state its commit produced:
+    files, statistics and index values, across appends, overwrites, row deletes and index
+    builds."""
+    committed = {}
+    m = kstore.store_dataset(store_url, "r", pd.DataFrame({"p": [1, 2], "x": [1, 2], "s": ["a", "b"]}),
+                             partition_on="p", secondary_indices=["x"])
+    committed[m.version] = m
+    for i in range(3, 5 + 2 * CHECKPOINT_INTERVAL):
+        if i % 7 == 0:
+            m = kstore.delete_rows(store_url, "r", [[("x", "==", i - 4)]])
+        elif i % 5 == 0:
+            m = kstore.update_dataset(store_url, "r", pd.DataFrame({"p": [1], "x": [i], "s": ["o"]}),
+                                      mode="overwrite_partitions")
+        elif i == 9:
+            m = kstore.build_indices(store_url, "r", ["s"])
+        else:
+            m = kstore.update_dataset(store_url, "r", pd.DataFrame({"p": [i % 4], "x": [i], "s": [f"s{i}"]}))
+        committed[m.version] = m
+    st = kstore.open_store(store_url)
+    assert max(committed) > 2 * CHECKPOINT_INTERVAL
+    assert st.exists(naming.checkpoint_key("r", 10)) and st.exists(naming.checkpoint_key("r", 20))
+    for v, meta in committed.items():
+        back = load.load_version(st, "r", v)
+        assert back.files is not None and meta.files is not None
+        assert back.files.table.equals(meta.files.table), v
+        assert back.to_dict() == meta.to_dict(), v
