@@ -139,7 +139,7 @@ def store_dataset(
     metadata
         User metadata stored with the dataset (JSON-compatible).
     metadata_format
-        ``"json"`` (default) or ``"msgpack"`` for the main metadata file.
+        ``"json"`` (default) or ``"msgpack.zstd"`` for the main metadata file.
     table_name
         The table's name inside the dataset (kartothek's ``table``).
     overwrite
