@@ -533,10 +533,20 @@ def store_dataset(
         nothing is written or committed before. Compute it once. If a write task fails,
         nothing is committed and the files already written are left for
         :func:`kstore.garbage_collect`.
+    metadata, metadata_format, table_name, txn
+        As in :func:`kstore.store_dataset`.
 
-    Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`. Arguments and the
-    schema of ``ddf._meta`` are checked before anything is computed. If any task fails,
-    nothing is committed and the files already written are deleted (best effort).
+    Returns
+    -------
+    DatasetMetadata or dask.delayed.Delayed
+        The committed :class:`~kstore.core.metadata.DatasetMetadata`; with
+        ``compute=False``, a ``Delayed`` that computes to it.
+
+    Notes
+    -----
+    Arguments and the schema of ``ddf._meta`` are checked before anything is computed. If
+    any task fails, nothing is committed and the files already written are deleted (best
+    effort).
 
     Examples
     --------
@@ -620,11 +630,34 @@ def update_dataset(
 ) -> DatasetMetadata | Delayed:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
 
-    As :func:`kstore.update_dataset`: ``mode="overwrite_partitions"`` replaces every
-    partition value the new data touches; ``delete_scope`` removes partitions. Concurrent
-    appends by other writers are merged; a concurrent change inside this write's scope
-    raises :class:`~kstore.errors.CommitConflictError` (nothing is committed).
-    ``compute=False`` returns a ``dask.delayed`` as in :func:`store_dataset`.
+    As :func:`kstore.update_dataset`: concurrent appends by other writers are merged; a
+    concurrent change inside this write's scope raises
+    :class:`~kstore.errors.CommitConflictError` (nothing is committed).
+
+    Parameters
+    ----------
+    store, dataset_uuid, ddf
+        As in :func:`store_dataset` (the dataset must exist).
+    partition_on, secondary_indices
+        As in :func:`kstore.update_dataset`.
+    shuffle, bucket_by, num_buckets
+        As in :func:`store_dataset`.
+    mode
+        ``"append"`` (default) or ``"overwrite_partitions"``: replace every partition value
+        the new data touches.
+    delete_scope
+        ``[{partition column: value}, ...]``: partitions removed in the same commit.
+    schema_mode
+        ``"strict"`` or ``"merge"`` (new columns allowed), as in :func:`kstore.update_dataset`.
+    metadata, txn, write_options, sort_by
+        As in :func:`kstore.update_dataset`.
+    compute
+        ``False``: return a ``dask.delayed`` as in :func:`store_dataset`.
+
+    Returns
+    -------
+    DatasetMetadata or dask.delayed.Delayed
+        The committed version; with ``compute=False``, a ``Delayed`` that computes to it.
 
     Examples
     --------
@@ -676,6 +709,22 @@ def compact(
     The default scheduler runs the tasks (a ``distributed.Client`` when one is active). If
     any task fails, nothing is committed and the files the tasks wrote are deleted.
 
+    Parameters
+    ----------
+    store
+        Where the dataset lives: a URL or picklable store that the workers can reach.
+    dataset_uuid
+        The dataset's name.
+    target_file_size, min_files, partitions, predicates, dry_run, write_options, sort_by, txn
+        As in :func:`kstore.compact`.
+
+    Returns
+    -------
+    CompactionPlan
+        The plan, with ``committed`` set to the new version (as :func:`kstore.compact`).
+
+    Examples
+    --------
     >>> import pandas as pd, dask, kstore, kstore.dask
     >>> _ = kstore.store_dataset("memory://dask-compact-doc", "d",
     ...                          iter([pd.DataFrame({"p": [1, 2], "x": [i, i]}) for i in range(3)]), partition_on="p")
@@ -824,6 +873,28 @@ def read_dataset(
     and struct columns are ``pd.ArrowDtype`` (Dask would turn object columns into
     strings). ``columns=[]`` reads no column but every row (``len(ddf)`` counts). Dask's
     optimizer pushes column selections into the Parquet reads.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives: a URL or picklable store that the workers can reach
+        (``memory://`` only with threaded or in-process workers).
+    dataset_uuid
+        The dataset's name.
+    columns
+        Columns to read (None: all; ``[]``: none, but every row).
+    predicates
+        DNF ``[[(col, op, value), ...], ...]``, as in :func:`kstore.read_dataset`.
+    version, as_of
+        Read an older retained version, as in :func:`kstore.read_dataset`.
+    dispatch_by
+        Partition columns: one Dask partition per distinct combination of their values
+        (instead of one per file).
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        A lazy frame; nothing is read until it is computed.
 
     Examples
     --------

@@ -68,7 +68,23 @@ def write_files(
 ) -> tuple[list[WrittenFile], pa.Schema | None]:
     """Write every chunk of ``data`` for ``job`` (one chunk in memory at a time); no commit.
 
-    On any error the files written so far are deleted and the error re-raised.
+    On any error the files written so far are deleted and the error re-raised. Drivers call
+    this between :func:`kstore.blocks.job.prepare_write` and
+    :func:`kstore.blocks.job.finish_write`; users call :func:`store_dataset` /
+    :func:`update_dataset` instead.
+
+    Parameters
+    ----------
+    job
+        The prepared write job (store, dataset, partitioning, indices, options).
+    data
+        A pandas DataFrame, a pyarrow Table, or an iterable of them.
+
+    Returns
+    -------
+    tuple[list[WrittenFile], pyarrow.Schema | None]
+        The records of the written files, and the merged schema of the chunks (None when
+        ``data`` held no chunk).
     """
     files: list[WrittenFile] = []
     schemas = []
@@ -103,15 +119,51 @@ def store_dataset(
 ) -> DatasetMetadata:
     """Write a new dataset (or replace one with ``overwrite=True``) in one commit.
 
-    ``data`` is a pandas DataFrame, a pyarrow Table, or an iterable of them (streamed: one
-    chunk in memory at a time). Rows are split by ``partition_on`` (hive-encoded in the
-    keys, dropped from the files); ``secondary_indices`` get inverted index files.
-    ``write_options`` (:class:`~kstore.WriteOptions` or a dict: compression, level, row-group
-    and page sizes, page index, Bloom filters, dictionary encoding) say how files are
-    encoded; ``sort_by=[columns]`` sorts the rows inside every file (clustering), so
-    row-group statistics skip data for predicates on those columns.
+    Rows are split by ``partition_on`` (hive-encoded in the keys, dropped from the files);
+    ``secondary_indices`` get inverted index files.
 
-    Returns the committed :class:`~kstore.core.metadata.DatasetMetadata`.
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`: a path, URL, store or
+        factory).
+    dataset_uuid
+        The dataset's name.
+    data
+        A pandas DataFrame, a pyarrow Table, or an iterable of them (streamed: one chunk in
+        memory at a time).
+    partition_on
+        Partition columns (hive-style ``col=value`` directories; not stored in the files).
+    secondary_indices
+        Columns that get an inverted index (value -> partitions), used by predicates.
+    metadata
+        User metadata stored with the dataset (JSON-compatible).
+    metadata_format
+        ``"json"`` (default) or ``"msgpack.zstd"`` for the main metadata file.
+    table_name
+        The table's name inside the dataset (kartothek's ``table``).
+    overwrite
+        Replace an existing dataset (a new version; old files stay until garbage collection)
+        instead of raising :class:`~kstore.errors.DatasetExistsError`.
+    txn
+        ``(app_id, version)``: a retry of a write already committed under that id writes
+        nothing and returns the committed metadata (idempotent jobs).
+    write_options
+        :class:`~kstore.WriteOptions` or a dict (compression, level, row-group and page
+        sizes, page index, Bloom filters, dictionary encoding): how files are encoded.
+    sort_by
+        Sort the rows inside every file by these columns (clustering), so row-group
+        statistics skip data for predicates on them.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version (:class:`~kstore.core.metadata.DatasetMetadata`).
+
+    Raises
+    ------
+    DatasetExistsError
+        The dataset exists and ``overwrite`` is False.
 
     Examples
     --------
@@ -149,11 +201,55 @@ def update_dataset(
 ) -> DatasetMetadata:
     """Append ``data`` and/or delete the partitions matching ``delete_scope``, in one commit.
 
-    ``delete_scope`` is a list of ``{partition column: value}`` dicts (as in kartothek);
-    ``mode="overwrite_partitions"`` replaces every partition value the new data touches.
-    A concurrent writer that removed or added partitions inside the scope makes this
-    commit fail with :class:`~kstore.errors.CommitConflictError`; concurrent appends elsewhere
-    are merged automatically.
+    A concurrent writer that removed or added partitions inside the scope makes this commit
+    fail with :class:`~kstore.errors.CommitConflictError`; concurrent appends elsewhere are
+    merged automatically.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name; it must exist.
+    data
+        Rows to add: a pandas DataFrame, a pyarrow Table, an iterable of them, or None
+        (only delete).
+    delete_scope
+        A list of ``{partition column: value}`` dicts (as in kartothek): the partitions they
+        match are removed in the same commit.
+    partition_on
+        The dataset's partition columns, or None (they are taken from the dataset; other
+        columns raise :class:`~kstore.errors.InvalidArgumentError`).
+    secondary_indices
+        Columns to index in addition to the dataset's indices (which are kept).
+    metadata
+        User metadata merged into the dataset's (keys given here replace theirs).
+    mode
+        ``"append"`` (default) or ``"overwrite_partitions"``: replace every partition value
+        the new data touches.
+    schema_mode
+        ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added; missing
+        ones are null).
+    txn
+        ``(app_id, version)`` for idempotent retries, as in :func:`store_dataset`.
+    write_options, sort_by
+        As in :func:`store_dataset`.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://update-doc", "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
+    >>> m = kstore.update_dataset("memory://update-doc", "d", pd.DataFrame({"p": [2], "x": [20]}),
+    ...                           mode="overwrite_partitions")
+    >>> m.version, kstore.read_dataset("memory://update-doc", "d")["x"].tolist()
+    (1, [1, 20])
+    >>> kstore.update_dataset("memory://update-doc", "d", delete_scope=[{"p": 1}]).version
+    2
     """
     job = prepare_write(open_store(store), dataset_uuid, mode=as_choice(mode, ("append", "overwrite_partitions"), "mode"), partition_on=partition_on,
                         secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
@@ -167,13 +263,39 @@ def update_dataset(
 
 def open_dataset(store: StoreLike, dataset_uuid: str, *, version: int | None = None, as_of: AsOf = None) -> Snapshot:
     """Open one committed version of a dataset: the newest, a retained ``version``, or the
-    one current at ``as_of`` (time travel). The :class:`~kstore.blocks.snapshot.Snapshot`
-    plans and reads that version however often it is used; its indices and statistics are
-    loaded on first use and cached.
+    one current at ``as_of`` (time travel).
 
-    Costs 1 get for the main metadata file and 1 listing of the log (+1 get when the main
-    file lags); ``version``/``as_of`` read the log entry of that version instead.
+    The :class:`~kstore.Snapshot` plans and reads that version however often it is used;
+    its indices and statistics are loaded on first use and cached. Costs 1 get for the main
+    metadata file and 1 listing of the log (+1 get when the main file lags); ``version`` /
+    ``as_of`` read the log entry of that version instead.
 
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    version
+        A retained version number (None: the newest).
+    as_of
+        A ``datetime`` or ISO 8601 text (:data:`~kstore.core.arguments.AsOf`): the version
+        that was current then. Give ``version`` or ``as_of``, not both.
+
+    Returns
+    -------
+    Snapshot
+        The immutable view of that version.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        There is no such dataset.
+    VersionNotFoundError
+        The version is not retained (expired by garbage collection) or never existed.
+
+    Examples
+    --------
     >>> import pandas as pd, kstore
     >>> _ = kstore.store_dataset("memory://open-doc", "d", pd.DataFrame({"x": [1, 2]}))
     >>> _ = kstore.update_dataset("memory://open-doc", "d", pd.DataFrame({"x": [3]}))
@@ -201,6 +323,36 @@ def plan_read(
     newest version; +1 get if the main file lags), +1 for kartothek datasets'
     ``_common_metadata``, 1 per secondary index a predicate uses, 1 for statistics when a
     predicate column has no index. No listing of partitions.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    predicates
+        DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`).
+    columns
+        Columns the read would return (None: all).
+    version, as_of
+        Plan an older retained version, as in :func:`read_dataset`.
+    table
+        The table to plan (default: the dataset's only table).
+
+    Returns
+    -------
+    ReadPlan
+        The files to read (``plan.tasks``), the partitions kept per stage and the store calls
+        made (``plan.explain()``).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://plan-doc", "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}),
+    ...                          partition_on="p")
+    >>> plan = kstore.plan_read("memory://plan-doc", "d", [[("p", ">=", 2)]])
+    >>> len(plan.tasks), sorted(lab.split("/")[0] for lab in plan.partitions)
+    (2, ['p=2', 'p=3'])
     """
     return plan_with_stats(store, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)[0]
 
@@ -218,7 +370,29 @@ def plan_with_stats(
 ) -> tuple[ReadPlan, pa.Table | None]:
     """:func:`plan_read`, and the per-file statistics when the plan needed them or
     ``stats=True`` asks for them (+1 get; readers of several frames use them to choose
-    one set of dtypes, :func:`kstore.blocks.read.nullable_columns`)."""
+    one set of dtypes, :func:`kstore.blocks.read.nullable_columns`).
+
+    Parameters
+    ----------
+    store, dataset_uuid, predicates, columns, version, as_of, table
+        As in :func:`plan_read`.
+    stats
+        Load the statistics even when planning did not need them.
+
+    Returns
+    -------
+    tuple[ReadPlan, pyarrow.Table | None]
+        The plan, and the statistics table (one row per data file) or None.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from kstore.eager import plan_with_stats
+    >>> _ = kstore.store_dataset("memory://pws-doc", "d", pd.DataFrame({"x": [1, 2]}))
+    >>> plan, stats = plan_with_stats("memory://pws-doc", "d", stats=True)
+    >>> len(plan.tasks), stats.num_rows
+    (1, 1)
+    """
     snap = open_dataset(store, dataset_uuid, version=version, as_of=as_of)
     return snap.plan_with_stats(columns, predicates, table=table, stats=stats)
 
@@ -233,7 +407,25 @@ def read_table(
     as_of: AsOf = None,
     table: str | None = None,
 ) -> pa.Table:
-    """Read (a filtered part of) a dataset as one Arrow table."""
+    """Read (a filtered part of) a dataset as one Arrow table.
+
+    Parameters
+    ----------
+    store, dataset_uuid, columns, predicates, version, as_of, table
+        As in :func:`read_dataset`.
+
+    Returns
+    -------
+    pyarrow.Table
+        The matching rows (partition columns included, with their column types).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://table-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> kstore.read_table("memory://table-doc", "d", columns=["x"], predicates=[[("x", ">", 5)]]).to_pylist()
+    [{'x': 6}]
+    """
     return _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)[1]
 
 
@@ -340,9 +532,29 @@ def read_dataset(
         DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`);
         comparisons never match nulls (use ``is null``). Results are exact: planning prunes
         files, then rows are filtered.
+    as_arrow
+        Return a ``pyarrow.Table`` instead of a pandas DataFrame.
+    categoricals
+        Columns to return as pandas ``category`` dtype.
+    dates_as_object
+        Return date columns as ``datetime.date`` objects instead of ``datetime64``.
     version, as_of
         Read an older retained version (time travel): a version number, or the version that
         was current at a ``datetime`` / ISO 8601 text (:data:`~kstore.core.arguments.AsOf`).
+    table
+        The table to read (default: the dataset's only table).
+
+    Returns
+    -------
+    pandas.DataFrame or pyarrow.Table
+        The matching rows; a pandas frame has a fresh ``RangeIndex``.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        There is no such dataset.
+    InvalidPredicateError
+        A predicate names an unknown column or a value the column cannot be compared with.
 
     Examples
     --------
@@ -374,8 +586,21 @@ def iter_dataset(
 ) -> Iterator[pd.DataFrame | pa.Table]:
     """Yield the planned partitions one at a time (bounded memory); empty ones are skipped.
 
-    pandas frames (all with the same dtypes), or Arrow tables with ``as_arrow=True``.
+    Parameters
+    ----------
+    store, dataset_uuid, columns, predicates, version, as_of
+        As in :func:`read_dataset`.
+    as_arrow, categoricals, dates_as_object
+        As in :func:`read_dataset`.
 
+    Yields
+    ------
+    pandas.DataFrame or pyarrow.Table
+        One frame per planned file: pandas frames (all with the same dtypes), or Arrow
+        tables with ``as_arrow=True``.
+
+    Examples
+    --------
     >>> import pandas as pd, kstore
     >>> _ = kstore.store_dataset("memory://iter-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
     >>> [len(frame) for frame in kstore.iter_dataset("memory://iter-doc", "d")]
@@ -394,17 +619,88 @@ def iter_dataset(
 
 
 def load_metadata(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> DatasetMetadata:
-    """The dataset's metadata (current, or a retained ``version``)."""
+    """The dataset's metadata (current, or a retained ``version``).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    version
+        A retained version number (None: the newest).
+
+    Returns
+    -------
+    DatasetMetadata
+        Partitions and their files, partition keys, indices, user metadata, version.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://meta-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p",
+    ...                          metadata={"owner": "sales"})
+    >>> m = kstore.load_metadata("memory://meta-doc", "d")
+    >>> m.version, m.partition_keys, dict(m.metadata)["owner"], len(m.partitions)
+    (0, ('p',), 'sales', 2)
+    """
     return open_dataset(store, dataset_uuid, version=version).metadata
 
 
 def read_schema(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> pa.Schema:
-    """The dataset's normalized schema (as ``_common_metadata`` holds it)."""
+    """The dataset's normalized schema (as ``_common_metadata`` holds it).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    version
+        A retained version number (None: the newest).
+
+    Returns
+    -------
+    pyarrow.Schema
+        Every column, partition columns included.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://schema-doc", "d", pd.DataFrame({"p": [1], "x": [0.5]}), partition_on="p")
+    >>> kstore.read_schema("memory://schema-doc", "d").names
+    ['p', 'x']
+    """
     return open_dataset(store, dataset_uuid, version=version).schema()
 
 
 def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -> list[str]:
-    """Partition labels whose index (secondary or partition) says ``column == value`` may occur."""
+    """Partition labels whose index (secondary or partition) says ``column == value`` may occur.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    column
+        An indexed or partition column.
+    value
+        The value to look up (converted to the column's type).
+
+    Returns
+    -------
+    list[str]
+        Sorted partition labels (``"col=value/.../<file-id>"``).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://lookup-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p",
+    ...                          secondary_indices=["x"])
+    >>> [label.split("/")[0] for label in kstore.index_lookup("memory://lookup-doc", "d", "x", 6)]
+    ['p=2']
+    """
     plan = plan_read(store, dataset_uuid, [[(column, "==", value)]], columns=[column])
     if column not in plan.schema.names:
         raise KstoreError(f"dataset {dataset_uuid!r} has no column {column!r}")

@@ -110,7 +110,7 @@ class LimitExceededError(KstoreError, ValueError):
 
     The limits protect memory, the stack and the file system from hostile or damaged input;
     each is a module constant (``kstore.core.serialize.MAX_METADATA_BYTES``, ...) listed in
-    ``docs/index.md``. The message names the dataset, column or key, the value and the limit.
+    ``docs/architecture.md``. The message names the dataset, column or key, the value and the limit.
     """
 
 

@@ -71,7 +71,34 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
 
     Reads only the indexed column of each file. Partitions appended concurrently are
     indexed at commit time, so the index always covers the committed partitions.
-    ``txn=(app_id, version)`` makes the build idempotent, as for every write.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    columns
+        The column(s) to index (partition columns are indexed already and skipped).
+    txn
+        ``(app_id, version)``: makes the build idempotent, as for every write.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Raises
+    ------
+    ColumnNotFoundError
+        A column is not in the dataset's schema.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://bi-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> sorted(kstore.build_indices("memory://bi-doc", "d", ["x"]).indices)
+    ['x']
     """
     if columns is None:
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: build_indices needs columns to index")
@@ -109,8 +136,31 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
     partition, or adds a file the predicate may match (by the indices and statistics),
     before this commits, it fails with :class:`~kstore.errors.CommitConflictError`: the
     delete did not see those rows, and committing it would leave them in place.
-    ``txn=(app_id, version)`` makes the delete idempotent (a re-run after it committed
-    changes nothing).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    predicates
+        DNF ``[[(col, op, value), ...], ...]``: the rows to delete (required; use
+        :func:`delete_dataset` to delete everything).
+    txn
+        ``(app_id, version)``: a re-run after the delete committed changes nothing.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version, or the current one when no row matched (nothing committed).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://dr-doc", "d", pd.DataFrame({"p": [1, 1, 2], "x": [5, 6, 7]}), partition_on="p")
+    >>> m = kstore.delete_rows("memory://dr-doc", "d", [[("x", "==", 6)]])
+    >>> m.version, sorted(kstore.read_dataset("memory://dr-doc", "d")["x"])
+    (1, [5, 7])
     """
     from kstore.core.predicates import to_expression
     from kstore.core.types import read_schema
@@ -191,18 +241,46 @@ def compact(
     """Merge small files per partition into files of up to ``target_file_size`` bytes, in
     ONE conflict-checked commit (see :mod:`kstore.blocks.compact`).
 
-    ``partitions`` (``[{partition column: value}, ...]``) or ``predicates`` (a DNF: the
-    files its plan keeps) restrict which files are compacted; a partition with fewer than
-    ``min_files`` files smaller than the target is left alone. ``write_options`` and
-    ``sort_by`` encode the new files (as for writes: ``sort_by`` clusters them). Rows,
-    indices and statistics stay exact; the replaced files stay for time travel until
+    Rows, indices and statistics stay exact; the replaced files stay for time travel until
     garbage collection. A file compacted here that another writer removed or replaced
     meanwhile makes it fail with :class:`~kstore.errors.CommitConflictError` (nothing
-    committed); concurrent appends are kept. ``dry_run=True`` returns the plan (partitions,
-    files in and out, bytes) and writes nothing. ``progress(done, total)`` is called after
-    each rewritten group. Returns the :class:`~kstore.blocks.compact.CompactionPlan`, with
-    ``committed`` set to the new version.
+    committed); concurrent appends are kept.
 
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    target_file_size
+        Bytes per merged file, at most (default 128 MiB); files at least this large are
+        left alone.
+    min_files
+        A partition with fewer small files than this is left alone.
+    partitions
+        ``[{partition column: value}, ...]``: compact only these partitions.
+    predicates
+        A DNF: compact only the files its plan keeps. Give ``partitions`` or
+        ``predicates``, not both.
+    dry_run
+        Return the plan (partitions, files in and out, bytes) and write nothing.
+    write_options, sort_by
+        How the new files are encoded (as for writes: ``sort_by`` clusters them).
+    txn
+        ``(app_id, version)`` for an idempotent compaction.
+    max_workers
+        Threads rewriting groups of files (default: one per CPU).
+    progress
+        ``progress(done, total)`` is called after each rewritten group.
+
+    Returns
+    -------
+    CompactionPlan
+        The plan (:class:`~kstore.blocks.compact.CompactionPlan`), with ``committed`` set to
+        the new version (None for a dry run or when there was nothing to compact).
+
+    Examples
+    --------
     >>> import pandas as pd, kstore
     >>> for i in range(3):
     ...     _ = kstore.update_dataset("memory://compact-doc", "d", pd.DataFrame({"p": [1, 2], "x": [i, i]}),
@@ -251,10 +329,32 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
 
 def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
             as_frame: bool = False) -> list[HistoryEntry] | pd.DataFrame:
-    """Retained versions, oldest first: version, timestamp, operation, partitions
-    added/removed, rows, writer, txn, info. ``limit=n`` gives the newest ``n`` (and reads
-    only their log entries); ``as_frame=True`` gives a pandas DataFrame, one row per version.
+    """Retained versions, oldest first.
 
+    Each entry has the version, timestamp, operation, partitions added/removed, rows
+    added, writer, txn and info (:class:`~kstore.HistoryEntry`).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    limit
+        Only the newest ``limit`` versions (reads only their log entries).
+    as_frame
+        Return a pandas DataFrame, one row per version (columns ``version``, ``parent``,
+        ``timestamp``, ``operation``, ``rows_added``, ``added``, ``removed``,
+        ``n_partitions``, ``writer``, ``txn``, ``info``).
+
+    Returns
+    -------
+    list[HistoryEntry] or pandas.DataFrame
+        The retained versions, oldest first. A kartothek/plateau dataset that kstore never
+        wrote has none (an empty list).
+
+    Examples
+    --------
     >>> import pandas as pd, kstore
     >>> _ = kstore.store_dataset("memory://hist-doc", "d", pd.DataFrame({"x": [1]}))
     >>> _ = kstore.update_dataset("memory://hist-doc", "d", pd.DataFrame({"x": [2, 3]}))
@@ -281,13 +381,60 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
 
 
 def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int) -> Diff:
-    """Partitions added and removed between two versions (incremental processing)."""
+    """Partitions added and removed between two versions (incremental processing).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    from_version, to_version
+        Two retained versions (``from_version <= to_version``).
+
+    Returns
+    -------
+    Diff
+        The partition labels added and removed (:class:`~kstore.Diff`).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://diff-doc", "d", pd.DataFrame({"p": [1], "x": [1]}), partition_on="p")
+    >>> _ = kstore.update_dataset("memory://diff-doc", "d", pd.DataFrame({"p": [2], "x": [2]}))
+    >>> d = kstore.diff("memory://diff-doc", "d", 0, 1)
+    >>> [label.split("/")[0] for label in d.added], d.removed
+    (['p=2'], ())
+    """
     return _diff(open_store(store), dataset_uuid, from_version, to_version)
 
 
 def resolve_version(store: StoreLike, dataset_uuid: str, *, version: int | None = None,
                     as_of: AsOf = None) -> int | None:
-    """The version a ``version=`` / ``as_of=`` pair names (None: the newest); both is an error."""
+    """The version a ``version=`` / ``as_of=`` pair names (None: the newest); both is an error.
+
+    Parameters
+    ----------
+    store, dataset_uuid
+        The dataset.
+    version
+        A version number, returned as it is (after validation).
+    as_of
+        A ``datetime`` or ISO 8601 text: the version current then is looked up in the log.
+
+    Returns
+    -------
+    int or None
+        The version number, or None for the newest.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from kstore.lifecycle import resolve_version
+    >>> _ = kstore.store_dataset("memory://rv-doc", "d", pd.DataFrame({"x": [1]}))
+    >>> resolve_version("memory://rv-doc", "d"), resolve_version("memory://rv-doc", "d", as_of="2999-01-01")
+    (None, 0)
+    """
     version = as_version(version)
     if version is not None and as_of is not None:
         raise InvalidArgumentError("pass version or as_of, not both")
@@ -316,8 +463,34 @@ def garbage_collect(
     may be gone; an acknowledged write is never lost. A retention below 7 days
     (:data:`~kstore.blocks.gc.MIN_RETENTION`) can therefore fail long writes and reads of
     old versions, and is refused unless ``enforce_retention_duration=False`` (as Delta
-    Lake's VACUUM does); ``retention=timedelta(0)`` keeps only the newest version, and a
-    retention longer than the time since 1970 (up to ``timedelta.max``) keeps every version.
+    Lake's VACUUM does).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    retention
+        How long versions stay readable (default 7 days). ``timedelta(0)`` keeps only the
+        newest version; a retention longer than the time since 1970 (up to
+        ``timedelta.max``) keeps every version.
+    dry_run
+        Only report what would be expired and deleted; change nothing.
+    enforce_retention_duration
+        Refuse a retention under 7 days (default). ``False`` allows it, on purpose.
+
+    Returns
+    -------
+    GCResult
+        The deleted files, the expired versions and the ``vacuum`` version committed
+        (:class:`~kstore.GCResult`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``retention`` is negative, not a ``timedelta``, or under 7 days while
+        ``enforce_retention_duration`` is True.
 
     Examples
     --------
@@ -347,18 +520,74 @@ def garbage_collect(
 
 
 def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
-    """Delete the dataset's data, indices, statistics and main metadata file; returns how many keys.
+    """Delete the dataset's data, indices, statistics and main metadata file.
 
     A ``delete`` version is committed first, so a writer still running against the dataset
     fails cleanly instead of bringing back half of it; that small log entry stays (and
     numbering continues if the dataset is created again).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+
+    Returns
+    -------
+    int
+        How many keys were deleted.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://del-doc", "d", pd.DataFrame({"x": [1]}))
+    >>> kstore.delete_dataset("memory://del-doc", "d") > 0
+    True
+    >>> kstore.read_dataset("memory://del-doc", "d")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.DatasetNotFoundError: ...
     """
     return delete_all(open_store(store), dataset_uuid)
 
 
 def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None = None,
                  new_uuid: str | None = None) -> DatasetMetadata:
-    """Copy the current version to ``new_uuid`` and/or another store (files are copied)."""
+    """Copy the current version to ``new_uuid`` and/or another store (files are copied).
+
+    The copy starts a new history at version 0; indices and statistics are kept.
+
+    Parameters
+    ----------
+    source
+        The store holding the dataset (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    target
+        The store to copy to (None: ``source``).
+    new_uuid
+        The copy's name (None: ``dataset_uuid``). Same store and same name is an error.
+
+    Returns
+    -------
+    DatasetMetadata
+        The copy's first version.
+
+    Raises
+    ------
+    DatasetExistsError
+        The target dataset exists already.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://copy-doc", "d", pd.DataFrame({"x": [1, 2]}))
+    >>> kstore.copy_dataset("memory://copy-doc", "d", "memory://copy-doc-2").uuid
+    'd'
+    >>> kstore.read_dataset("memory://copy-doc-2", "d")["x"].tolist()
+    [1, 2]
+    """
     naming.validate_name(dataset_uuid)
     src = open_store(source)
     dst = open_store(target) if target is not None else src
@@ -409,6 +638,25 @@ def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:
 
     Records version 0 with the schema from ``_common_metadata``; indices are kept.
     A dataset kstore already versions is returned unchanged.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+
+    Returns
+    -------
+    DatasetMetadata
+        The dataset's metadata, now with a version.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://upgrade-doc", "d", pd.DataFrame({"x": [1]}))
+    >>> kstore.upgrade_dataset("memory://upgrade-doc", "d").version   # already versioned: unchanged
+    0
     """
     st = open_store(store)
     base, _ = load.load_latest(st, dataset_uuid)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install kstore with everything the tests, the demo and the benchmarks need.
+# Create .venv and install kstore with everything the tests, the demo, the docs site and the benchmarks need.
 # Java 17 (for PySpark) is installed with apt-get when `java` is missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,6 @@ fi
 STAMP=.venv/.kstore-installed
 if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3]"
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3,docs]"
   touch "$STAMP"
 fi

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run lint, the import-layer contract, mypy and the whole test suite.
+# Set up (scripts/setup.sh) and run lint, the import-layer contract, mypy, the strict docs build and the whole
+# test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/lint-imports --config setup.cfg
 .venv/bin/mypy
+# the documentation site, warnings as errors (mkdocs.yml; a few seconds); its examples run in tests/docs
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
 .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -77,10 +77,22 @@ for _command in (readonly.ls, readonly.info, readonly.plan, readonly.read, reado
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the ``kstore`` command line on ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+    """Run the ``kstore`` command line on ``argv``; return the exit code.
 
-    ``out`` replaces stdout (for embedding); errors go to stderr.
+    Parameters
+    ----------
+    argv
+        The arguments (default: ``sys.argv[1:]``).
+    out
+        Replaces stdout (for embedding); errors go to stderr.
 
+    Returns
+    -------
+    int
+        0 success, 1 an error kstore reports, 2 a usage error.
+
+    Examples
+    --------
     >>> import io
     >>> buf = io.StringIO()
     >>> main(["ls", "memory://main-doc", "--json"], out=buf), buf.getvalue().strip()

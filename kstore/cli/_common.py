@@ -56,6 +56,23 @@ def parse_where(terms: Sequence[str]) -> list[list[tuple[Any, ...]]] | None:
     Values are Python literals (``7``, ``'x'``, ``[1, 2]``, ``None``) or bare text (ISO dates and
     timestamps are converted to the column type by the planner).
 
+    Parameters
+    ----------
+    terms
+        ``"column op value"`` terms (ANDed), with ``"--or"`` starting a new conjunction.
+
+    Returns
+    -------
+    list[list[tuple]] or None
+        The DNF predicates, or None for no terms.
+
+    Raises
+    ------
+    InvalidPredicateError
+        A term cannot be parsed.
+
+    Examples
+    --------
     >>> parse_where(["x == 1", "y is null", "--or", "z in [1, 2]"])
     [[('x', '==', 1), ('y', 'is null')], [('z', 'in', [1, 2])]]
     """

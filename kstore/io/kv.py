@@ -24,6 +24,28 @@ __all__ = ["KVStore"]
 
 
 class KVStore:
+    """A simplekv/minimalkv ``KeyValueStore`` as a kstore :class:`~kstore.io.store.Store`.
+
+    :func:`~kstore.io.store.open_store` wraps such stores in it (a minimalkv directory
+    store becomes a :class:`~kstore.io.local.LocalStore` instead, which creates keys
+    atomically). ``put_if_absent`` is check-then-put, atomic within one process only
+    (:attr:`atomic_create` is False): kstore warns when several writers would need it.
+
+    Parameters
+    ----------
+    kv
+        The simplekv/minimalkv store.
+    url
+        The URL that reopens it (None: not reopenable from a URL).
+
+    Examples
+    --------
+    >>> from minimalkv.memory import DictStore
+    >>> store = KVStore(DictStore())
+    >>> store.put_if_absent("a", b"1"), store.put_if_absent("a", b"2"), store.get("a")
+    (True, False, b'1')
+    """
+
     #: put_if_absent is check-then-put: atomic within one process only
     atomic_create = False
 

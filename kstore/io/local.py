@@ -43,7 +43,23 @@ T = TypeVar("T")
 
 
 class LocalStore:
-    """Keys are files below ``root``; ``/`` in a key is a directory separator."""
+    """Keys are files below ``root``; ``/`` in a key is a directory separator.
+
+    Parameters
+    ----------
+    root
+        The directory (created by the first write, never by a read).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> root = os.path.join(tempfile.mkdtemp(), "store")
+    >>> store = LocalStore(root)
+    >>> os.path.exists(root), store.exists("a/b")
+    (False, False)
+    >>> store.put("a/b", b"1"); store.get("a/b"), store.file_path("a/b") == os.path.join(root, "a", "b")
+    (b'1', True)
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         path = os.fspath(root)

@@ -22,6 +22,25 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
+    """Keys in a dict of this process (tests, examples, threaded Dask).
+
+    ``MemoryStore.named(name)`` (what ``"memory://name"`` opens) returns the same store for
+    the same name in the whole process; ``MemoryStore()`` is a private one. Workers in
+    other processes cannot see it: Dask with process workers and Spark refuse it.
+
+    Parameters
+    ----------
+    name
+        The name in :attr:`url` (``memory://<name>``); None: an anonymous store.
+
+    Examples
+    --------
+    >>> MemoryStore.named("mem-doc") is MemoryStore.named("mem-doc")
+    True
+    >>> s = MemoryStore(); s.put("k", b"v"); s.get("k")
+    b'v'
+    """
+
     _registry: ClassVar[dict[str, MemoryStore]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -32,6 +51,18 @@ class MemoryStore:
 
     @classmethod
     def named(cls, name: str) -> MemoryStore:
+        """The process-wide store called ``name`` (created on first use).
+
+        Parameters
+        ----------
+        name
+            The store's name.
+
+        Returns
+        -------
+        MemoryStore
+            The same object for the same name.
+        """
         with cls._registry_lock:
             if name not in cls._registry:
                 cls._registry[name] = cls(name)

@@ -108,6 +108,18 @@ def redact_url(url: str) -> str:
     """``url`` without credentials: user info becomes ``***`` and query values that look
     secret (``session_token=...``) become ``***``; use it in every message that names a URL.
 
+    Parameters
+    ----------
+    url
+        Any URL.
+
+    Returns
+    -------
+    str
+        The URL with credentials replaced.
+
+    Examples
+    --------
     >>> redact_url("s3://AKID:s3cr3t@host:9000/bkt?session_token=t&is_secure=false")
     's3://***@host:9000/bkt?session_token=***&is_secure=false'
     """
@@ -218,16 +230,16 @@ class S3Store:
 
     Parameters
     ----------
-    bucket:
+    bucket
         The bucket name (it must exist; kstore never creates buckets).
-    prefix:
+    prefix
         Optional key prefix all keys live under (``"a/b"`` and ``"a/b/"`` are the same).
-    client:
+    client
         A ready boto3 S3 client to use in this process. A pickled store (and a forked
         child process) builds its own client from the other arguments instead.
-    endpoint_url, region_name:
+    endpoint_url, region_name
         For S3-compatible services and non-default regions; both are part of :attr:`url`.
-    aws_access_key_id, aws_secret_access_key, aws_session_token:
+    aws_access_key_id, aws_secret_access_key, aws_session_token
         Explicit credentials; by default boto3 finds them (environment, config, role).
         They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
     """
@@ -298,9 +310,21 @@ class S3Store:
         """Open ``s3://bucket[/prefix][?endpoint_url=...&region=...]`` or minimalkv's
         ``s3://key:secret@host[:port]/bucket[/prefix][?is_secure=false...]``.
 
-        ``kwargs`` (``client``, credentials, ...) are passed on to the constructor; the same
-        setting in the URL and in ``kwargs`` with different values is an error.
+        Parameters
+        ----------
+        url
+            The S3 URL.
+        **kwargs
+            Passed on to the constructor (``client``, credentials, ...); the same setting in
+            the URL and in ``kwargs`` with different values is an error.
 
+        Returns
+        -------
+        S3Store
+            The store (no request is made until it is used).
+
+        Examples
+        --------
         >>> S3Store.from_url("s3://bkt/a/b?region=eu-west-1").region_name
         'eu-west-1'
         >>> store = S3Store.from_url("s3://AKID:s3cr3t@127.0.0.1:9000/bkt-akid/p?is_secure=false")
@@ -404,6 +428,22 @@ class S3Store:
         :class:`~kstore.errors.InvalidArgumentError` names the conflicting or unknown key,
         never a value.
 
+        Parameters
+        ----------
+        url
+            The S3 URL.
+        storage_options
+            Credentials, endpoint and region, keys matched case-insensitively.
+        **kwargs
+            Passed on to the constructor, as in :meth:`from_url`.
+
+        Returns
+        -------
+        S3Store
+            The store; its :attr:`url` and ``repr`` never show the credentials.
+
+        Examples
+        --------
         >>> store = S3Store.from_options(
         ...     "s3://bkt/data",
         ...     {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "s3cr3t",

@@ -88,6 +88,15 @@ def delete_many(store: Store, keys: Iterable[str]) -> None:
     Every key is attempted; keys that could not be deleted raise one
     :class:`~kstore.errors.StoreError` that names them.
 
+    Parameters
+    ----------
+    store
+        The store.
+    keys
+        The keys to delete.
+
+    Examples
+    --------
     >>> from kstore.io.memory import MemoryStore
     >>> s = MemoryStore(); s.put("a", b"1"); s.put("b", b"2")
     >>> delete_many(s, ["a", "b", "missing"]); sorted(s.iter_prefix(""))
@@ -113,7 +122,25 @@ def delete_many(store: Store, keys: Iterable[str]) -> None:
 
 
 def failed_deletes_error(failed: Sequence[tuple[str, Any]], where: str = "") -> StoreError:
-    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them)."""
+    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them).
+
+    Parameters
+    ----------
+    failed
+        ``(key, reason)`` pairs.
+    where
+        Text appended after the count (e.g. ``" from s3://bucket"``).
+
+    Returns
+    -------
+    StoreError
+        The error to raise.
+
+    Examples
+    --------
+    >>> str(failed_deletes_error([("a", "denied")]))
+    "could not delete 1 key(s): 'a' (denied)"
+    """
     shown = ", ".join(f"{key!r} ({why})" for key, why in failed[:10])
     more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
     return StoreError(f"could not delete {len(failed)} key(s){where}: {shown}{more}")
@@ -224,17 +251,43 @@ def _adapt_kv(kv: Any, url: str | None = None) -> Store:
 def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = None) -> Store:
     """Turn a URL, a store object or a zero-argument factory into a :class:`Store`.
 
-    Accepted: ``"memory://name"``, ``"file:///path"`` or a plain path, ``"s3://bucket/prefix"``
-    (the ``s3`` extra; also minimalkv's ``"s3://key:secret@host/bucket"``), kartothek-style
-    ``"hfs://..."`` / ``"hmemory://"`` and any other minimalkv URL, a kstore :class:`Store`,
-    any simplekv/minimalkv store, or a factory returning one of these (so distributed
-    workers can rebuild it).
+    Parameters
+    ----------
+    store
+        ``"memory://name"``, ``"file:///path"`` or a plain path (``str`` or
+        ``os.PathLike``), ``"s3://bucket/prefix"`` (the ``s3`` extra; also minimalkv's
+        ``"s3://key:secret@host/bucket"``), kartothek-style ``"hfs://..."`` /
+        ``"hmemory://"`` and any other minimalkv URL, a kstore :class:`Store`, any
+        simplekv/minimalkv store, or a factory returning one of these (so distributed
+        workers can rebuild it).
+    storage_options
+        S3 URLs only: credentials, endpoint and region as in pandas and deltalake,
+        ``{"key": ..., "secret": ..., "endpoint_url": ...}`` or ``{"AWS_ACCESS_KEY_ID": ...,
+        "AWS_SECRET_ACCESS_KEY": ..., "AWS_ENDPOINT_URL": ..., "AWS_REGION": ...}``
+        (:data:`kstore.io.s3.STORAGE_OPTION_KEYS`).
 
-    ``storage_options`` (S3 URLs only) are credentials, endpoint and region as in pandas and
-    deltalake: ``{"key": ..., "secret": ..., "endpoint_url": ...}`` or
-    ``{"AWS_ACCESS_KEY_ID": ..., "AWS_SECRET_ACCESS_KEY": ..., "AWS_ENDPOINT_URL": ...,
-    "AWS_REGION": ...}`` (:data:`kstore.io.s3.STORAGE_OPTION_KEYS`). Pass the store this
-    returns to any kstore function; it pickles with its credentials for Dask/Spark workers.
+    Returns
+    -------
+    Store
+        The opened store. Pass it to any kstore function; an S3 store pickles with its
+        credentials for Dask/Spark workers.
+
+    Raises
+    ------
+    StoreError
+        The object is not a store, or the URL cannot be opened.
+    InvalidArgumentError
+        ``storage_options`` given for anything but an ``s3://`` URL.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> open_store("memory://open-store-doc").url
+    'memory://open-store-doc'
+    >>> type(open_store(tempfile.mkdtemp())).__name__
+    'LocalStore'
+    >>> open_store("s3://bkt/data", storage_options={"endpoint_url": "http://127.0.0.1:9000"}).url
+    's3://bkt/data?endpoint_url=http://127.0.0.1:9000'
     """
     if isinstance(store, str):
         return _from_url(store, storage_options)
@@ -264,6 +317,23 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
 
     URLs and picklable objects travel as they are; an unpicklable store raises
     :class:`StoreError` here, on the client, not later on a worker.
+
+    Parameters
+    ----------
+    store
+        A path, URL, store or factory (:data:`StoreLike`).
+
+    Returns
+    -------
+    Callable[[], Store]
+        Calling it (on any worker) opens the store.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> factory = store_factory("memory://factory-doc")
+    >>> pickle.loads(pickle.dumps(factory))().url
+    'memory://factory-doc'
     """
     from kstore.io.s3 import redact_url
 

@@ -67,6 +67,17 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
     or self-join and every later query that pushes no filter read the files the last
     pushdown planned. Pruning by pushed filters is only exact where each scan keeps its
     own plan (a ``readInfo`` field on ``PythonScanBuilder``, as in later Spark versions).
+
+    Parameters
+    ----------
+    spark
+        A running ``SparkSession``.
+
+    Returns
+    -------
+    bool
+        True where each scan keeps its own plan (kstore then enables filter pushdown);
+        False on Spark 4.3, without JVM access (Spark Connect) or on an unknown Spark.
     """
     try:
         cls = spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]  # a running context has one
@@ -86,6 +97,13 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
     evaluates ``.filter`` itself and only the ``predicates`` option reaches kstore's
     planner: rows are exact either way (see :mod:`kstore.spark.datasource`).
 
+    Parameters
+    ----------
+    spark
+        The ``SparkSession`` to register the data source with.
+    filter_pushdown
+        Let Spark push ``.filter`` conditions to kstore's planner where that is exact.
+
     Examples
     --------
     With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
@@ -102,7 +120,25 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
 
 
 def store_option(store: StoreLike) -> str:
-    """The ``path`` / ``store`` option string for ``store`` (a URL, or a pickled factory)."""
+    """The ``path`` / ``store`` option string for ``store`` (a URL, or a pickled factory).
+
+    Parameters
+    ----------
+    store
+        A path, URL, store or factory (:data:`~kstore.io.store.StoreLike`).
+
+    Returns
+    -------
+    str
+        What to pass to ``spark.read.format("kstore").load(...)`` or
+        ``.option("path", ...)``.
+
+    Examples
+    --------
+    >>> import kstore.spark as ks
+    >>> ks.store_option("s3://bucket/datasets")
+    's3://bucket/datasets'
+    """
     return encode_store(store)
 
 
@@ -121,9 +157,32 @@ def read_dataset(
 
     ``predicates`` (DNF, any literal types, ORs included) go to kstore's planner, which
     prunes files by partition values, secondary indices and statistics; filters added
-    later with ``.filter`` are evaluated by Spark (see :func:`register`). ``version`` /
-    ``as_of`` read a retained older version. The DataFrame is safe to reuse: unions,
-    self-joins and repeated actions return exact rows.
+    later with ``.filter`` are evaluated by Spark (see :func:`register`). The DataFrame is
+    safe to reuse: unions, self-joins and repeated actions return exact rows.
+
+    Parameters
+    ----------
+    spark
+        The ``SparkSession`` (the data source is registered with it).
+    store
+        A path or URL the executors can reach (not ``memory://``).
+    dataset_uuid
+        The dataset's name.
+    columns
+        Columns to read (None: all; ``[]``: rows without columns).
+    predicates
+        DNF ``[[(col, op, value), ...], ...]``, as in :func:`kstore.read_dataset`.
+    version, as_of
+        Read a retained older version (a number, or the version current at a
+        ``datetime``).
+    partition_bytes
+        Bytes of planned files per Spark input partition (default 128 MiB,
+        :data:`kstore.spark.reader.DEFAULT_PARTITION_BYTES`).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        A lazy DataFrame.
 
     Examples
     --------

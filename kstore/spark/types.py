@@ -125,6 +125,32 @@ def arrow_schema(schema: T.StructType, *, dataset: str | None = None) -> pa.Sche
     """The Arrow schema of the data files for a Spark schema; raises on unsupported types.
 
     Duplicate column names (Spark allows them) are rejected too.
+
+    Parameters
+    ----------
+    schema
+        A Spark ``StructType``.
+    dataset
+        The dataset's name, for error messages.
+
+    Returns
+    -------
+    pyarrow.Schema
+        The types kstore stores (e.g. ``long`` -> ``int64``, ``timestamp`` ->
+        ``timestamp[us, tz=UTC]``).
+
+    Raises
+    ------
+    UnsupportedTypeError
+        A column's type has no kstore equivalent (named in the message).
+
+    Examples
+    --------
+    >>> from pyspark.sql import types as T
+    >>> from kstore.spark import arrow_schema
+    >>> arrow_schema(T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())]))
+    id: int64
+    name: string
     """
     names = [f.name for f in schema.fields]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -206,8 +232,25 @@ def _hint_fits(hinted: T.DataType, t: pa.DataType, column: str) -> bool:
 def spark_schema(schema: pa.Schema, *, hint: T.StructType | None = None) -> T.StructType:
     """The Spark schema to read a dataset with (every field nullable).
 
-    ``hint`` (the schema Spark wrote the dataset with) gives the exact Spark type of each
-    column whose type still matches; other columns use the default mapping.
+    Parameters
+    ----------
+    schema
+        The dataset's normalized Arrow schema.
+    hint
+        The schema Spark wrote the dataset with: gives the exact Spark type of each column
+        whose type still matches; other columns use the default mapping.
+
+    Returns
+    -------
+    pyspark.sql.types.StructType
+        One nullable field per column.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from kstore.spark import spark_schema
+    >>> spark_schema(pa.schema([("id", pa.int64()), ("day", pa.date32())])).simpleString()
+    'struct<id:bigint,day:date>'
     """
     hinted = {f.name: f.dataType for f in hint.fields} if hint is not None else {}
     fields = []

@@ -459,11 +459,40 @@ def update_dataset(
 ) -> DatasetMetadata:
     """Append ``df`` to an existing dataset and/or delete partitions, in one commit.
 
-    As :func:`kstore.update_dataset`: ``delete_scope`` is a list of ``{partition column:
-    value}`` dicts; ``mode="overwrite_partitions"`` replaces every partition value the new
-    data touches; a concurrent writer that changed partitions inside the scope makes the
-    commit fail with :class:`~kstore.errors.CommitConflictError` (nothing committed).
-    ``df=None`` only deletes.
+    As :func:`kstore.update_dataset`: a concurrent writer that changed partitions inside the
+    scope makes the commit fail with :class:`~kstore.errors.CommitConflictError` (nothing
+    committed).
+
+    Parameters
+    ----------
+    df
+        The rows to append, or None to only delete (``delete_scope`` is then required).
+    store
+        A URL, path or store that executors can reach (not ``memory://``).
+    dataset_uuid
+        The dataset's name; it must exist.
+    delete_scope
+        A list of ``{partition column: value}`` dicts: partitions removed in the same commit.
+    partition_on, secondary_indices, metadata, schema_mode, txn
+        As in :func:`kstore.update_dataset`.
+    mode
+        ``"append"`` (default) or ``"overwrite_partitions"`` (replace every partition value
+        the new data touches).
+    shuffle, chunk_bytes, write_options, sort_by
+        As in :func:`store_dataset`.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Examples
+    --------
+    With a SparkSession and a DataFrame ``more`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        ks.update_dataset(more, "/data/store", "sales", mode="overwrite_partitions")
+        ks.update_dataset(None, "/data/store", "sales", delete_scope=[{"day": "2024-01-01"}])
     """
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
@@ -522,8 +551,30 @@ def compact(
     """:func:`kstore.compact` with the rewriting on Spark executors (the groups of files
     are spread over the session's default parallelism) and ONE commit on the driver.
 
-    ``store`` must be reachable from the executors (a path or URL, not ``memory://``). If
-    the job fails, nothing is committed and the files its tasks wrote are deleted.
+    If the job fails, nothing is committed and the files its tasks wrote are deleted.
+
+    Parameters
+    ----------
+    spark
+        The ``SparkSession`` whose executors rewrite the files.
+    store
+        A path or URL the executors can reach (not ``memory://``).
+    dataset_uuid
+        The dataset's name.
+    target_file_size, min_files, partitions, predicates, dry_run, write_options, sort_by, txn
+        As in :func:`kstore.compact`.
+
+    Returns
+    -------
+    CompactionPlan
+        The plan, with ``committed`` set to the new version.
+
+    Examples
+    --------
+    With a SparkSession ``spark``::
+
+        import kstore.spark as ks
+        ks.compact(spark, "/data/store", "sales", target_file_size=256 << 20)
     """
     import uuid as _uuid
 
