@@ -258,7 +258,10 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
         wanted = _index_columns(base, op, new_schema, dataset_uuid)
-        add_rows = _added_rows(op, files, new_schema, wanted)
+        pkeys = base.partition_keys if (base is not None and not op.creates) else (op.partition_on or ())
+        # partition columns are not in the files (their statistics would be all null) and
+        # are pruned by the labels: no statistics columns for them
+        add_rows = _added_rows(op, files, pa.schema([f for f in new_schema if f.name not in pkeys]), wanted)
     new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
                 now=now.replace(tzinfo=None).isoformat(), version=head.next_version, add_rows=add_rows)
     if new is not None:

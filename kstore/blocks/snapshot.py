@@ -183,12 +183,18 @@ class Snapshot:
         meta = self.metadata
         schema = self._schema(counting, table)
         dnf = parse(predicates)
-        indices = self._indices(counting, columns_of(dnf), table)
-        need_stats = any(
-            t.column not in meta.partition_keys and (t.column not in indices or t.op == "is null")
-            for conj in dnf or () for t in conj
-        )
-        file_stats = self._stats(counting) if need_stats else None
+        if meta.files is not None:
+            # format 2: index values and statistics are columns of the file table; the
+            # planner reads them there (no index to build, no call)
+            indices: dict[str, ColumnIndex] = {}
+            file_stats = None
+        else:
+            indices = self._indices(counting, columns_of(dnf), table)
+            need_stats = any(
+                t.column not in meta.partition_keys and (t.column not in indices or t.op == "is null")
+                for conj in dnf or () for t in conj
+            )
+            file_stats = self._stats(counting) if need_stats else None
         calls = dict(self.open_calls)
         for name, n in counting.calls.items():
             calls[name] = calls.get(name, 0) + n
