@@ -224,7 +224,7 @@ def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
     return None
 
 
-CHECKPOINT_SUFFIX = ".checkpoint.parquet"
+CHECKPOINT_SUFFIX = ".checkpoint.arrow"
 
 
 def checkpoint_key(dataset_uuid: str, version: int) -> str:

