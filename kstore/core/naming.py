@@ -208,39 +208,41 @@ def log_prefix(dataset_uuid: str) -> str:
     return f"{dataset_prefix(dataset_uuid)}{KSTORE_DIR}/log/"
 
 
-def log_key(dataset_uuid: str, version: int) -> str:
-    """Write-once key of version ``version``'s log entry (FORMAT.md B.1)."""
-    if not isinstance(version, int) or version < 0:
+ENTRY_SUFFIX = ".json"
+CHECKPOINT_SUFFIX = ".checkpoint.arrow"
+
+
+def _version_key(dataset_uuid: str, version: int, suffix: str) -> str:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise InvalidKeyError(f"invalid version {version!r}: must be an int >= 0")
-    return f"{log_prefix(dataset_uuid)}{version:020d}.json"
+    return f"{log_prefix(dataset_uuid)}{version:020d}{suffix}"
 
 
-def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
+def _version_of(dataset_uuid: str, key: str, suffix: str) -> int | None:
     prefix = log_prefix(dataset_uuid)
-    if key.startswith(prefix) and key.endswith(".json"):
-        stem = key[len(prefix) : -len(".json")]
+    if key.startswith(prefix) and key.endswith(suffix):
+        stem = key[len(prefix) : -len(suffix)]
         if stem.isascii() and stem.isdigit():
             return int(stem)
     return None
 
 
-CHECKPOINT_SUFFIX = ".checkpoint.arrow"
+def log_key(dataset_uuid: str, version: int) -> str:
+    """Write-once key of version ``version``'s log entry (FORMAT.md B.1)."""
+    return _version_key(dataset_uuid, version, ENTRY_SUFFIX)
+
+
+def version_from_log_key(dataset_uuid: str, key: str) -> int | None:
+    return _version_of(dataset_uuid, key, ENTRY_SUFFIX)
 
 
 def checkpoint_key(dataset_uuid: str, version: int) -> str:
     """Key of version ``version``'s checkpoint (format 2; FORMAT.md E), beside the log entries."""
-    if not isinstance(version, int) or version < 0:
-        raise InvalidKeyError(f"invalid version {version!r}: must be an int >= 0")
-    return f"{log_prefix(dataset_uuid)}{version:020d}{CHECKPOINT_SUFFIX}"
+    return _version_key(dataset_uuid, version, CHECKPOINT_SUFFIX)
 
 
 def version_from_checkpoint_key(dataset_uuid: str, key: str) -> int | None:
-    prefix = log_prefix(dataset_uuid)
-    if key.startswith(prefix) and key.endswith(CHECKPOINT_SUFFIX):
-        stem = key[len(prefix) : -len(CHECKPOINT_SUFFIX)]
-        if stem.isascii() and stem.isdigit():
-            return int(stem)
-    return None
+    return _version_of(dataset_uuid, key, CHECKPOINT_SUFFIX)
 
 
 def last_checkpoint_key(dataset_uuid: str) -> str:
