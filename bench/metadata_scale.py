@@ -25,6 +25,11 @@ Delta plans by per-file min/max statistics). Then, same run, same disk, interlea
     python bench/metadata_scale.py                                   # P = 1000, 10000
     python bench/metadata_scale.py --sizes 100000 --systems kstore,deltalake
 
+For kstore the append is also split (same appends, instrumented, behaviour unchanged):
+``M1.append.log`` is the append without kartothek's view, with the log bytes per commit;
+``M1.append.view`` is the time spent building and writing kartothek's view (main file and
+index files, O(partitions) by nature) and its bytes (docs/FORMAT.md part E).
+
 One JSON line per (system, P, step), the WORKLOAD.md keys ``{"system", "step", "seconds",
 "calls", "rows", "note"}`` (``note`` starts with ``P=``), then a table of medians and ratios
 (kstore / plateau, kstore / deltalake) and kstore's scaling (P / smallest P) for append and
