@@ -186,8 +186,7 @@ class Head:
     clock when the log was listed: a commit never claims on a head older than
     :data:`kstore.blocks.commit.BASE_MAX_AGE`. ``chain`` is how many format-2 entries were
     replayed on top of the base (a checkpoint, a resetting entry, a format-1 entry or the
-    main file) to build ``meta``; ``checkpointed`` says whether the base was a checkpoint
-    of ``version`` itself or a log base (so a commit knows when to write a checkpoint).
+    main file) to build ``meta`` (so a commit knows when to write a checkpoint).
     """
 
     dataset_uuid: str
@@ -198,7 +197,6 @@ class Head:
     main_version: int | None
     loaded_at: float
     chain: int = 0
-    from_log: bool = True
 
     @property
     def next_version(self) -> int:
@@ -269,7 +267,6 @@ class Resolved:
     meta: DatasetMetadata | None
     entry: LogEntry | None  # None when the version was read from its checkpoint alone
     chain: int
-    from_checkpoint: bool
 
 
 _BATCH = 16
@@ -344,7 +341,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
                 break
             if not e.has_dataset:
                 if v == target:
-                    return Resolved(None, e, 0, False)
+                    return Resolved(None, e, 0)
                 raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {v} (no dataset) lies in the "
                                            f"replay chain of version {target}")
             chain.append(e)
@@ -364,7 +361,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
             base_meta = cp_meta
             if cp == target:
                 assert base_meta is not None
-                return Resolved(base_meta, None, 0, True)
+                return Resolved(base_meta, None, 0)
             break
     # the chain is newest first; contiguous versions are required
     chain.reverse()
@@ -384,7 +381,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
         raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no base to replay from")
     if not meta.explicit_partitions:
         meta = _discover_partitions(store, meta)
-    return Resolved(meta, target_entry, len(chain), cp is not None and not chain)
+    return Resolved(meta, target_entry, len(chain))
 
 
 def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
@@ -425,7 +422,7 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
             if main is not None and main.version is not None and list_log(store, dataset_uuid).versions:
                 continue  # the log appeared meanwhile
             cutoff = main.orphan_cutoff_ms if main is not None else None
-            return Head(dataset_uuid, main, fmt, hint_v, cutoff, hint_v, started, 0, False)
+            return Head(dataset_uuid, main, fmt, hint_v, cutoff, hint_v, started)
         newest = listing.versions[-1]
         try:
             got = resolve(store, dataset_uuid, newest, listing)
@@ -440,7 +437,7 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
         else:
             fmt = meta.main_format if meta is not None else None  # type: ignore[assignment]  # checked on read
         cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
-        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain, True)
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
 
 

@@ -248,16 +248,41 @@ class FileTable:
         return FileTable(table)
 
 
+def string_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of a (non-null) string array as one uint8 array, and each string's
+    end offset into it: for byte scans over every string at once."""
+    if strings.offset:
+        strings = pa.concat_arrays([strings])
+    buf = strings.buffers()[2]
+    if buf is None or len(strings) == 0:
+        return np.empty(0, np.uint8), np.empty(0, np.int64)
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1)
+    data = np.frombuffer(buf, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data, offsets[1:] - offsets[0]
+
+
+def ipc_text(table: pa.Table) -> str:
+    """A table as base64 Arrow IPC (a log entry's JSON carries it; types stay exact)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def from_ipc_text(text: Any, where: str) -> pa.Table:
+    """The table :func:`ipc_text` wrote (CorruptMetadataError naming ``where`` if it is not)."""
+    if not isinstance(text, str):
+        raise CorruptMetadataError(f"{where} must be base64 text")
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True))).read_all()
+    except (ValueError, pa.ArrowException) as exc:
+        raise CorruptMetadataError(f"{where} is not an Arrow IPC stream ({exc})") from exc
+
+
 def _maybe_odd(keys: pa.Array) -> bool:
     """One scan of the keys' bytes: True when some key may hold ``/.``, ``//``, ``\\`` or
     NUL, or end in ``/`` (then the exact check runs)."""
-    if keys.offset:
-        keys = pa.concat_arrays([keys])
-    buf = keys.buffers()[2]
-    if buf is None or len(keys) == 0:
-        return False
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=len(keys) + 1)
-    data = np.frombuffer(buf, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    data, ends = string_bytes(keys)
     if not len(data):
         return False
     if ((data == 0x5C) | (data == 0)).any():
@@ -265,7 +290,7 @@ def _maybe_odd(keys: pa.Array) -> bool:
     slash = data[:-1] == 0x2F
     if (slash & ((data[1:] == 0x2F) | (data[1:] == 0x2E))).any():
         return True
-    ends = offsets[1:] - offsets[0] - 1
+    ends = ends - 1
     ends = ends[ends >= 0]
     return bool((data[ends] == 0x2F).any())
 
@@ -379,10 +404,7 @@ class Actions:
         """JSON-ready dict; the added rows travel as base64 Arrow IPC (types stay exact)."""
         out: dict[str, Any] = {"remove": list(self.remove), "set": dict(self.set)}
         if self.add is not None:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, self.add.schema) as writer:
-                writer.write_table(self.add)
-            out["add"] = base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+            out["add"] = ipc_text(self.add)
         return out
 
     @classmethod
@@ -400,13 +422,7 @@ class Actions:
             raise CorruptMetadataError(f"{where}: actions.set must be a mapping")
         add = None
         if raw.get("add") is not None:
-            text = raw["add"]
-            if not isinstance(text, str):
-                raise CorruptMetadataError(f"{where}: actions.add must be base64 text")
-            try:
-                add = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True))).read_all()
-            except (ValueError, pa.ArrowException) as exc:
-                raise CorruptMetadataError(f"{where}: actions.add is not an Arrow IPC stream ({exc})") from exc
+            add = from_ipc_text(raw["add"], f"{where}: actions.add")
             names = add.column_names
             if tuple(names[:3]) != ("label", "table", "key") or not all(
                     pa.types.is_string(add.schema.field(i).type) for i in range(3)):

@@ -36,7 +36,6 @@ Examples
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstore.core.filetable import IDX, FileTable
+from kstore.core.filetable import IDX, Actions, FileTable, from_ipc_text, ipc_text, string_bytes
 from kstore.core.metadata import DatasetMetadata
 from kstore.errors import CorruptMetadataError, LimitExceededError
 
@@ -59,22 +58,6 @@ CHECKPOINT_INTERVAL = 10
 STATE_KEY = b"kstore.state"
 
 
-def _ipc(table: pa.Table) -> str:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
-
-
-def _from_ipc(text: Any, where: str, what: str) -> pa.Table:
-    if not isinstance(text, str):
-        raise CorruptMetadataError(f"{where}: actions.{what} must be base64 text")
-    try:
-        return pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True))).read_all()
-    except (ValueError, pa.ArrowException) as exc:
-        raise CorruptMetadataError(f"{where}: actions.{what} is not an Arrow IPC stream ({exc})") from exc
-
-
 def encode_actions(new: DatasetMetadata, *, add: pa.Table | None = None, remove: Sequence[str] = (),
                    reset: bool = False, index: Mapping[str, pa.Table] | None = None) -> dict[str, Any]:
     """The ``actions`` of a log entry that turns the parent's state into ``new``.
@@ -84,9 +67,9 @@ def encode_actions(new: DatasetMetadata, *, add: pa.Table | None = None, remove:
     out: dict[str, Any] = {"reset": bool(reset), "state": new.to_dict(partitions=False),
                            "remove": list(remove)}
     if add is not None and add.num_rows:
-        out["add"] = _ipc(add)
+        out["add"] = ipc_text(add)
     if index:
-        out["index"] = {col: _ipc(t) for col, t in index.items()}
+        out["index"] = {col: ipc_text(t) for col, t in index.items()}
     return out
 
 
@@ -116,7 +99,7 @@ def decode_actions(raw: Any, *, dataset_uuid: str, where: str) -> Decoded:
         raise CorruptMetadataError(f"{where}: actions.reset must be true or false")
     add = None
     if raw.get("add") is not None:
-        table = _from_ipc(raw["add"], where, "add")
+        table = from_ipc_text(raw["add"], f"{where}: actions.add")
         names = table.column_names
         if tuple(names[:3]) != ("label", "table", "key") or not all(
                 pa.types.is_string(table.schema.field(i).type) for i in range(3)):
@@ -127,7 +110,7 @@ def decode_actions(raw: Any, *, dataset_uuid: str, where: str) -> Decoded:
     if not isinstance(raw_index, Mapping):
         raise CorruptMetadataError(f"{where}: actions.index must be a mapping")
     for col, text in raw_index.items():
-        t = _from_ipc(text, where, f"index[{col!r}]")
+        t = from_ipc_text(text, f"{where}: actions.index[{col!r}]")
         if t.column_names != ["label", IDX + col] or not pa.types.is_list(t.schema.field(1).type):
             raise CorruptMetadataError(f"{where}: actions.index[{col!r}] must have columns label, {IDX + col}")
         index[str(col)] = t
@@ -156,13 +139,8 @@ def replay(base: DatasetMetadata | None, actions: Decoded, *, version: int,
         files = FileTable()
     else:
         files = base.files if base.files is not None else FileTable.from_partitions(base.partitions)
-    if actions.remove and len(files):
-        gone = pc.is_in(files.table.column("label"), value_set=pa.array(list(actions.remove), pa.string()))
-        files = FileTable(files.table.filter(pc.invert(gone)))
-    if actions.add is not None:
-        from kstore.core.filetable import Actions
-
-        files = files.apply(Actions(add=conform_files(actions.add.table, small.schema, where)))
+    add = conform_files(actions.add.table, small.schema, where) if actions.add is not None else None
+    files = files.apply(Actions(add=add, remove=actions.remove))
     for col, t in actions.index.items():
         files = set_index_lists(files, col, t.column("label").combine_chunks(), t.column(1).combine_chunks())
     indexed = set(small.indices)
@@ -242,17 +220,9 @@ def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: 
 def _needs_escape(strings: pa.Array) -> bool:
     """Whether any string holds a byte JSON must escape (a quote, a backslash, a control
     character): one scan of the array's character buffer."""
-    import numpy as np
-
-    if strings.offset or strings.null_count:
-        strings = pa.concat_arrays([strings]) if not strings.null_count else strings
-        if strings.null_count:
-            return True
-    buf = strings.buffers()[2]
-    if buf is None:
-        return False
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=len(strings) + 1)
-    data = np.frombuffer(buf, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    if strings.null_count:
+        return True
+    data, _ = string_bytes(strings)
     return bool(((data < 0x20) | (data == 0x22) | (data == 0x5C)).any())
 
 

@@ -409,10 +409,9 @@ DAMAGE = {
 
 
 def _ipc_outside() -> str:
-    from kstore.core.filetable import FileTable
-    from kstore.core.state import _ipc
+    from kstore.core.filetable import FileTable, ipc_text
 
-    return _ipc(FileTable.from_partitions({"p=1/x": {"table": "elsewhere/x.parquet"}}).table)
+    return ipc_text(FileTable.from_partitions({"p=1/x": {"table": "elsewhere/x.parquet"}}).table)
 
 
 def _dump(raw) -> bytes:
