@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from kstore import __version__
 from kstore.blocks import load
+from kstore.blocks.history import write_summary
 from kstore.blocks.load import Head
 from kstore.blocks.read import index_from_store
 from kstore.blocks.write import (
@@ -189,6 +190,7 @@ def commit(
         _publish(store, staged, head)
         if staged.checkpoint and staged.meta is not None:
             write_checkpoint(store, staged.meta)
+            write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
         return Committed(staged.entry, staged.meta)
     raise CommitConflictError(
         f"dataset {dataset_uuid!r}: gave up after {max_attempts} attempts; other writers kept committing first"

@@ -96,6 +96,9 @@ class _LogState:
     starts: tuple[DatasetMetadata, ...] = ()  # first version of each run of retained versions
     main_version: int | None = None
     checkpoints: tuple[int, ...] = ()
+    summaries: tuple[int, ...] = ()
+    markers: tuple[int, ...] = ()  # versions with an expired marker
+    listed: frozenset[int] = frozenset()  # versions whose entries were listed
 
     @property
     def expired_versions(self) -> tuple[int, ...]:
@@ -116,7 +119,8 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
             entries[v] = None  # damaged: decided below by its neighbours
     main, _ = _main_or_none(store, uuid)
     if not entries and main is None:
-        return _LogState((), (), (), frozenset(), (), None, tuple(listing.checkpoints))
+        return _LogState((), (), (), frozenset(), (), None, listing.checkpoints, listing.summaries,
+                         listing.expired, frozenset(listing.versions))
     present = sorted(entries)
     newest = present[-1] if present else None
 
@@ -165,7 +169,8 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
     if main is not None:
         refs |= main.referenced_keys()  # kartothek readers read it, even when it lags
     return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs), tuple(starts),
-                     main_version, tuple(listing.checkpoints))
+                     main_version, listing.checkpoints, listing.summaries, listing.expired,
+                     frozenset(listing.versions))
 
 
 def _added_keys(uuid: str, entry: LogEntry) -> set[str]:
@@ -246,19 +251,32 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
     gone, so the first version of each run of retained versions gets a checkpoint first
     (deterministic content: a concurrent writer or GC writing the same one agrees);
     checkpoints of versions no longer retained are deleted last.
+
+    History summaries (FORMAT.md E.5) may still show an expired version as a version of the
+    dataset, so its ``.expired`` marker is written before its tombstone (one listing then
+    tells ``history()``); a marker goes after its entry, or when its version is retained
+    after all (a GC that died between the marker and the tombstone). Summaries older than
+    the newest are deleted.
     """
     if state.expired or state.drop:
         for meta in state.starts:
             assert meta.version is not None
             if meta.version not in state.checkpoints:
                 write_checkpoint(store, meta, best_effort=False)
+    marked = set(state.markers)
     for entry in state.expired:
+        if entry.version not in marked:
+            store.put(naming.expired_key(uuid, entry.version), b"")
         store.put(naming.log_key(uuid, entry.version), serialize.dumps(entry.tombstone().to_dict(), "json"))
     delete_many(store, [naming.log_key(uuid, v) for v in state.drop])
     retained = set(state.retained)
     oldest = min(retained, default=None)
+    expired_now = {e.version for e in state.expired}
     delete_many(store, [naming.checkpoint_key(uuid, c) for c in state.checkpoints
-                        if c not in retained and oldest is not None and c < oldest])
+                        if c not in retained and oldest is not None and c < oldest]
+                + [naming.summary_key(uuid, s) for s in state.summaries[:-1]]
+                + [naming.expired_key(uuid, v) for v in sorted(marked) if v not in expired_now
+                   and (v in retained or v in state.drop or v not in state.listed)])
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:
@@ -299,6 +317,8 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
     delete_many(store, old_entries)
     listing = load.list_log(store, dataset_uuid)
     bases = [naming.checkpoint_key(dataset_uuid, c) for c in listing.checkpoints if c < fence]
+    bases += [naming.summary_key(dataset_uuid, s) for s in listing.summaries if s < fence]
+    bases += [naming.expired_key(dataset_uuid, v) for v in listing.expired if v not in listing.versions]
     bases += [k for k in (naming.last_checkpoint_key(dataset_uuid),) if k in keys]
     doomed = [k for k in keys if _is_file(dataset_uuid, k) or k.endswith("/" + naming.COMMON_METADATA)] + bases
     delete_many(store, doomed)  # S3: one DeleteObjects per 1,000 keys

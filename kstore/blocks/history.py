@@ -1,18 +1,31 @@
-"""Version history: list log entries, resolve ``as_of`` timestamps, diff versions."""
+"""Version history: list versions, resolve ``as_of`` timestamps, diff versions, write the
+history summaries that make both cost a constant number of store calls (FORMAT.md E.5)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from kstore.blocks import load
+from kstore.core import naming
 from kstore.core.log import LogEntry
 from kstore.core.runtime import parallel_map
-from kstore.errors import DatasetNotFoundError, InvalidArgumentError, VersionNotFoundError
+from kstore.core.summary import Record, Summary, decode_summary, encode_summary, record_of
+from kstore.errors import (
+    DatasetNotFoundError,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    KstoreError,
+    VersionNotFoundError,
+)
 from kstore.io.store import Store
 
-__all__ = ["HistoryEntry", "history", "version_as_of", "Diff", "diff", "log_versions"]
+log = logging.getLogger("kstore.history")
+
+__all__ = ["HistoryEntry", "history", "version_as_of", "Diff", "diff", "log_versions", "write_summary"]
 
 log_versions = load.log_versions
 
@@ -44,51 +57,99 @@ class Diff:
     removed: tuple[str, ...]
 
 
-def _entries(store: Store, dataset_uuid: str) -> list[LogEntry]:
-    entries = (_entry_or_none(store, dataset_uuid, v) for v in log_versions(store, dataset_uuid))
-    return [e for e in entries if e is not None]
+#: entries a summary writer reads itself at most (versions its head did not replay)
+SUMMARY_BACKFILL = 64
+
+
+def _summary(store: Store, dataset_uuid: str, version: int) -> Summary | None:
+    """The summary written at ``version`` (None when it is gone or damaged: it is a cache)."""
+    where = f"dataset {dataset_uuid!r}: history summary of version {version}"
+    try:
+        return decode_summary(store.get(naming.summary_key(dataset_uuid, version)), where=where)
+    except KeyNotFoundError:
+        return None
+    except KstoreError as exc:
+        log.warning("%s is unreadable (%s); reading the log entries instead", where, exc)
+        return None
+
+
+def _timeline(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: int = 8,
+              ) -> Iterator[Record]:
+    """Every listed version's record, newest first: from the newest summary where it has one,
+    else from the entry (read in parallel batches that grow). A version with an expired
+    marker is expired; one that vanished meanwhile (a concurrent GC) is left out."""
+    expired = set(listing.expired)
+    known: dict[int, Record] = {}
+    cover = [s for s in listing.summaries if listing.versions and s <= listing.versions[-1]]
+    listed = set(listing.versions)
+    pending = list(reversed(listing.versions))
+    while pending:
+        if cover and pending[0] <= cover[-1]:  # read the summary when the first version it covers is due
+            summary = _summary(store, dataset_uuid, cover[-1])
+            if summary is not None:
+                known = {r.version: r for r in summary.records if r.version in listed}
+            cover = []
+        unknown: list[int] = []
+        take = 0
+        for v in pending:  # the known ones up to the next batch of unknown ones
+            if cover and v <= cover[-1] and unknown:
+                break  # the summary may know the rest
+            take += 1
+            if v not in known:
+                unknown.append(v)
+                if len(unknown) >= batch:
+                    break
+        chunk, pending = pending[:take], pending[take:]
+        read = dict(zip(unknown, parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), unknown)))
+        batch = min(batch * 2, 256)
+        for v in chunk:
+            if v in known:
+                rec: Record | None = known[v]
+            else:
+                e = read[v]
+                rec = record_of(e) if e is not None else None
+            if rec is None:
+                continue
+            yield rec.expire() if (v in expired and rec.kind == "dataset") else rec
+
+
+def _row(r: Record) -> HistoryEntry:
+    return HistoryEntry(version=r.version, parent=r.parent, timestamp=r.timestamp, operation=r.operation,
+                        added=r.added, removed=r.removed, rows_added=r.rows_added, writer=r.writer, txn=r.txn,
+                        n_partitions=r.n_partitions, info=dict(r.info))
 
 
 def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[HistoryEntry]:
     """The retained versions of the dataset as it exists now, oldest first (only the newest
-    ``limit`` of them when given: then only their log entries are read).
+    ``limit`` of them when given).
 
     Expired versions (tombstones) are left out; so is everything before the dataset was
     last deleted. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
-    of the log and 1 get per entry read (newest first, in parallel batches).
+    of the log, 1 get of the newest history summary and 1 get per version it does not
+    cover (the entries after it: about :data:`~kstore.core.state.CHECKPOINT_INTERVAL`; in
+    parallel), whatever the number of versions.
     """
-    versions = log_versions(store, dataset_uuid)
-    if not versions:
+    listing = load.list_log(store, dataset_uuid)
+    if not listing.versions:
         if load.load_main(store, dataset_uuid)[0] is None:
             raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
         return []  # kartothek/plateau wrote it: no log, no history
     newest_first: list[HistoryEntry] = []
     seen_dataset = False
-    end = len(versions)
     batch = 8 if limit is None else max(1, min(64, limit))
-    while end > 0:
-        chunk = versions[max(0, end - batch):end]
-        end -= len(chunk)
-        batch = min(batch * 2, 256)
-        for e in reversed(parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), chunk)):
-            if e is None or (not e.has_dataset and not e.deletes_dataset):
-                continue  # expired by a concurrent garbage collection, or a tombstone
-            if e.deletes_dataset:
-                if not seen_dataset and e.operation == "delete":
-                    raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist (it was deleted)")
-                if not seen_dataset:
-                    continue  # a garbage collection fence of a dataset that was never created
-                return newest_first[::-1]  # a deletion ends the history before it
-            seen_dataset = True
-            parts = e.metadata.get("partitions") if e.metadata is not None else None
-            count = e.n_partitions if e.n_partitions is not None else (len(parts) if isinstance(parts, dict) else 0)
-            newest_first.append(HistoryEntry(
-                version=e.version, parent=e.parent, timestamp=e.timestamp, operation=e.operation,
-                added=e.added, removed=e.removed, rows_added=e.rows_added, writer=e.writer, txn=e.txn,
-                n_partitions=count, info=dict(e.info),
-            ))
-            if limit is not None and len(newest_first) >= limit:
-                return newest_first[::-1]
+    for r in _timeline(store, dataset_uuid, listing, batch=batch):
+        if r.kind == "expired":
+            continue  # expired by garbage collection
+        if r.kind == "fence":
+            if not seen_dataset and r.operation == "delete":
+                raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist (it was deleted)")
+            if not seen_dataset:
+                continue  # a garbage collection fence of a dataset that was never created
+            return newest_first[::-1]  # a deletion ends the history before it
+        seen_dataset = True
+        newest_first.append(_row(r))
+        if limit is not None and len(newest_first) >= limit:
+            return newest_first[::-1]
     if not seen_dataset:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     return newest_first[::-1]
@@ -107,26 +168,58 @@ def version_as_of(store: Store, dataset_uuid: str, as_of: datetime) -> int:
 
     That is the newest version committed at or before ``as_of``; if it has expired (or its
     successor's entry is gone, so kstore cannot tell), :class:`VersionNotFoundError` — never
-    an older version in its place.
+    an older version in its place. Costs what :func:`history` costs.
     """
     if not isinstance(as_of, datetime):
         raise InvalidArgumentError(f"as_of must be a datetime, got {type(as_of).__name__} {as_of!r}")
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=timezone.utc)
-    entries = _entries(store, dataset_uuid)
-    before = [e for e in entries if e.timestamp <= as_of]
+    records = list(_timeline(store, dataset_uuid, load.list_log(store, dataset_uuid)))[::-1]
+    before = [r for r in records if r.timestamp <= as_of]
     if not before:
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no retained version as of {as_of.isoformat()}")
     best = before[-1]
-    later = [e for e in entries if e.version > best.version]
+    later = [r for r in records if r.version > best.version]
     if later and later[0].version != best.version + 1:
         raise VersionNotFoundError(
             f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} has expired")
-    if not best.has_dataset:
-        why = "has expired" if best.expired else "did not exist (it was deleted)"
+    if best.kind != "dataset":
+        why = "has expired" if best.kind == "expired" else "did not exist (it was deleted)"
         raise VersionNotFoundError(
             f"dataset {dataset_uuid!r}: the version current at {as_of.isoformat()} (version {best.version}) {why}")
     return best.version
+
+
+def write_summary(store: Store, dataset_uuid: str, version: int, known: Sequence[LogEntry] = ()) -> bool:
+    """Write the history summary of ``version`` (with its checkpoint; best effort: a failure
+    costs later ``history()`` calls gets, never a wrong row).
+
+    Built from the newest older summary and ``known`` (the entries the writer replayed and
+    committed); the entries neither covers are read, the newest :data:`SUMMARY_BACKFILL` of
+    them (older ones stay to be read by ``history()``). Costs 1 listing, 1 get of the older
+    summary, the backfill gets and 1 put.
+    """
+    try:
+        listing = load.list_log(store, dataset_uuid)
+        listed = [v for v in listing.versions if v <= version]
+        have: dict[int, Record] = {}
+        older = [s for s in listing.summaries if s < version]
+        prior = _summary(store, dataset_uuid, older[-1]) if older else None
+        if prior is not None:
+            have.update((r.version, r) for r in prior.records)
+        have.update((e.version, record_of(e)) for e in known)
+        need = [v for v in listed if v not in have][-SUMMARY_BACKFILL:]
+        for v, e in zip(need, parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), need)):
+            if e is not None:
+                have[v] = record_of(e)
+        expired = set(listing.expired)
+        records = [have[v].expire() if v in expired and have[v].kind == "dataset" else have[v]
+                   for v in listed if v in have]
+        store.put(naming.summary_key(dataset_uuid, version), encode_summary(version, records))
+    except KstoreError as exc:
+        log.info("dataset %r: history summary of version %d not written (%s)", dataset_uuid, version, exc)
+        return False
+    return True
 
 
 def diff(store: Store, dataset_uuid: str, from_version: int, to_version: int) -> Diff:

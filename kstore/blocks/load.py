@@ -197,6 +197,7 @@ class Head:
     main_version: int | None
     loaded_at: float
     chain: int = 0
+    entries: tuple[LogEntry, ...] = ()  # the replayed entries (a history summary reuses them)
 
     @property
     def next_version(self) -> int:
@@ -213,27 +214,30 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class LogListing:
-    """One listing of ``_kstore/log/``: entry versions and checkpoint versions (sorted)."""
+    """One listing of ``_kstore/log/``: entry, checkpoint and history-summary versions, and
+    the versions garbage collection marked expired (all sorted)."""
 
     versions: tuple[int, ...]
     checkpoints: tuple[int, ...]
+    summaries: tuple[int, ...] = ()
+    expired: tuple[int, ...] = ()
 
 
 def list_log(store: Store, dataset_uuid: str, start: int | None = None) -> LogListing:
     """Entries and checkpoints at or above version ``start`` (all when None): one listing."""
     prefix = naming.log_prefix(dataset_uuid)
     after = f"{prefix}{start:020d}" if start is not None else None
-    versions: list[int] = []
-    checkpoints: list[int] = []
+    found: tuple[list[int], ...] = ([], [], [], [])
+    kinds = (naming.version_from_log_key, naming.version_from_checkpoint_key, naming.version_from_summary_key,
+             naming.version_from_expired_key)
     for key in store.iter_prefix(prefix, after):
-        v = naming.version_from_log_key(dataset_uuid, key)
-        if v is not None:
-            versions.append(v)
-            continue
-        c = naming.version_from_checkpoint_key(dataset_uuid, key)
-        if c is not None:
-            checkpoints.append(c)
-    return LogListing(tuple(sorted(versions)), tuple(sorted(checkpoints)))
+        for into, parse in zip(found, kinds):
+            v = parse(dataset_uuid, key)
+            if v is not None:
+                into.append(v)
+                break
+    versions, checkpoints, summaries, expired = (tuple(sorted(f)) for f in found)
+    return LogListing(versions, checkpoints, summaries, expired)
 
 
 def read_last_checkpoint(store: Store, dataset_uuid: str) -> int | None:
@@ -267,6 +271,7 @@ class Resolved:
     meta: DatasetMetadata | None
     entry: LogEntry | None  # None when the version was read from its checkpoint alone
     chain: int
+    entries: tuple[LogEntry, ...] = ()  # the format-2 entries replayed (oldest first)
 
 
 _BATCH = 16
@@ -381,7 +386,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
         raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no base to replay from")
     if not meta.explicit_partitions:
         meta = _discover_partitions(store, meta)
-    return Resolved(meta, target_entry, len(chain))
+    return Resolved(meta, target_entry, len(chain), tuple(chain))
 
 
 def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
@@ -437,7 +442,7 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
         else:
             fmt = meta.main_format if meta is not None else None  # type: ignore[assignment]  # checked on read
         cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
-        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain)
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain, got.entries)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
 
 

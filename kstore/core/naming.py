@@ -210,6 +210,8 @@ def log_prefix(dataset_uuid: str) -> str:
 
 ENTRY_SUFFIX = ".json"
 CHECKPOINT_SUFFIX = ".checkpoint.arrow"
+SUMMARY_SUFFIX = ".summary.msgpack.zstd"
+EXPIRED_SUFFIX = ".expired"
 
 
 def _version_key(dataset_uuid: str, version: int, suffix: str) -> str:
@@ -243,6 +245,25 @@ def checkpoint_key(dataset_uuid: str, version: int) -> str:
 
 def version_from_checkpoint_key(dataset_uuid: str, key: str) -> int | None:
     return _version_of(dataset_uuid, key, CHECKPOINT_SUFFIX)
+
+
+def summary_key(dataset_uuid: str, version: int) -> str:
+    """Key of the history summary written with version ``version``'s checkpoint (FORMAT.md E.5)."""
+    return _version_key(dataset_uuid, version, SUMMARY_SUFFIX)
+
+
+def version_from_summary_key(dataset_uuid: str, key: str) -> int | None:
+    return _version_of(dataset_uuid, key, SUMMARY_SUFFIX)
+
+
+def expired_key(dataset_uuid: str, version: int) -> str:
+    """Empty marker garbage collection writes before it turns version ``version``'s entry
+    into a tombstone (so one listing tells ``history()`` which versions expired)."""
+    return _version_key(dataset_uuid, version, EXPIRED_SUFFIX)
+
+
+def version_from_expired_key(dataset_uuid: str, key: str) -> int | None:
+    return _version_of(dataset_uuid, key, EXPIRED_SUFFIX)
 
 
 def last_checkpoint_key(dataset_uuid: str) -> str:

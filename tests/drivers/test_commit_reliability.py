@@ -517,9 +517,15 @@ def checkpoint_versions(keys: set[str]) -> set[int]:
 
 
 def without_checkpoints(keys: set[str]) -> set[str]:
-    """``keys`` less format 2's checkpoints and the ``_last_checkpoint`` hint."""
+    """``keys`` less format 2's derived log files: checkpoints, the ``_last_checkpoint``
+    hint and history summaries."""
     return {k for k in keys if naming.version_from_checkpoint_key(UUID, k) is None
-            and k != naming.last_checkpoint_key(UUID)}
+            and naming.version_from_summary_key(UUID, k) is None and k != naming.last_checkpoint_key(UUID)}
+
+
+def markers(versions) -> set[str]:
+    """The expired markers GC writes before it tombstones ``versions``."""
+    return {naming.expired_key(UUID, v) for v in versions}
 
 
 def check_all_versions_read(url: str, model: dict[int, set[int]]) -> None:
@@ -597,7 +603,7 @@ def test_crashed_append_leaves_a_consistent_dataset(tmp_path, point):
     newest = load.load_version(kstore.open_store(url), UUID, nxt + 1)
     assert newest.referenced_keys() == load.load_version(kstore.open_store(url), UUID, nxt).referenced_keys()
     assert after == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(nxt + 2)} | {
-        naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+        naming.metadata_key(UUID), naming.common_metadata_key(UUID)} | markers(range(nxt))
     assert all(load.load_entry(kstore.open_store(url), UUID, v).expired for v in range(nxt))
     assert set(ids_of(url)) == model[nxt]
     with pytest.raises(VersionNotFoundError):
@@ -729,7 +735,7 @@ def test_crashed_gc_leaves_every_listed_version_readable(tmp_path, kill_after):
     newest = load.load_version(st, UUID, last)
     assert checkpoint_versions(dataset_keys(url)) <= {3, 4}  # GC checkpointed the oldest it retains
     assert without_checkpoints(dataset_keys(url)) == newest.referenced_keys() | {naming.log_key(UUID, v) for v in range(last + 1)} | {
-        naming.metadata_key(UUID), naming.common_metadata_key(UUID)}
+        naming.metadata_key(UUID), naming.common_metadata_key(UUID)} | markers(range(3))
     assert set(ids_of(url)) == model[2]
 
 

@@ -223,9 +223,12 @@ def test_gc_retention_zero_expires_old_versions(tmp_path):
     assert not gc.dry_run and gc.expired_versions == tuple(range(newest))
     fence = newest + 1
     # expired versions younger than an hour keep a tombstone: their numbers stay taken
-    cps = {k for k in keys_of(url) if naming.version_from_checkpoint_key(UUID, k) is not None}
-    assert {naming.version_from_checkpoint_key(UUID, k) for k in cps} <= {newest, fence}  # GC's replay base
-    assert keys_of(url) - cps == keep | {naming.log_key(UUID, v) for v in range(fence + 1)} | {
+    cps = {k for k in keys_of(url) if naming.version_from_checkpoint_key(UUID, k) is not None
+           or naming.version_from_summary_key(UUID, k) is not None}
+    assert {naming.version_from_checkpoint_key(UUID, k) for k in cps} - {None} <= {newest, fence}  # GC's replay base
+    assert len({k for k in cps if naming.version_from_summary_key(UUID, k) is not None}) <= 1  # the newest only
+    markers = {naming.expired_key(UUID, v) for v in range(newest)}  # history() lists them, reads none
+    assert keys_of(url) - cps == keep | markers | {naming.log_key(UUID, v) for v in range(fence + 1)} | {
         naming.metadata_key(UUID), naming.common_metadata_key(UUID), naming.last_checkpoint_key(UUID)}
     assert [e.version for e in kstore.history(url, UUID)] == [newest, fence]
     for v in range(newest):

@@ -44,9 +44,11 @@ def test_gc_of_kartothek_updated_dataset_matches_kartothek(tmp_path):
     # whose one log entry is the only key kartothek's GC would not have left
     assert result.fence_version == 0
     fence = naming.log_key("pub_updated", 0)
-    # the log: the fence, and (format 2) the checkpoint of version 0 with its hint
+    # the log: the fence, and (format 2) the checkpoint of version 0 with its hint and its
+    # history summary
     log_area = {k for k in _keys(root, "pub_updated") if k.startswith(naming.log_prefix("pub_updated"))}
-    assert log_area == {fence, naming.checkpoint_key("pub_updated", 0), naming.last_checkpoint_key("pub_updated")}
+    assert log_area == {fence, naming.checkpoint_key("pub_updated", 0), naming.last_checkpoint_key("pub_updated"),
+                        naming.summary_key("pub_updated", 0)}
     assert _keys(root, "pub_updated") - log_area == set(exp["store_keys"]) - set(exp["unreferenced_keys"])
     after = kstore.read_dataset(str(root), "pub_updated").sort_values("row_id").reset_index(drop=True)
     assert after.equals(before)

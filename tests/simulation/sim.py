@@ -349,12 +349,15 @@ class Observer:
 
     def _scan_log(self) -> None:
         present = set()
+        deletes = [-1]
         for key in sorted(self.raw.iter_prefix(naming.log_prefix(UUID))):
             v = naming.version_from_log_key(UUID, key)
             if v is None:
                 continue
             present.add(v)
             raw_entry = serialize.loads(self.raw.get(key), "json")
+            if raw_entry.get("operation") == "delete" and not raw_entry.get("expired"):
+                deletes.append(v)
             cid = raw_entry.get("commit_id")
             if v in self.commit_ids and self.commit_ids[v] != cid:
                 self.fail(f"version {v} was claimed twice (commit ids {self.commit_ids[v]} and {cid})")
@@ -370,6 +373,26 @@ class Observer:
         for v in list(self.retained):
             if v not in present:
                 self.retained.discard(v)
+        self._check_history(max(deletes))
+
+    def _check_history(self, deleted_at: int) -> None:
+        """history() (from summaries, markers and entries) shows exactly the live versions
+        since the last deletion; it may leave out a version GC marked expired and then died."""
+        live = {v for v in self.retained if v > deleted_at}
+        try:
+            shown = {h.version: h for h in kstore.history(self.raw, UUID)}
+        except DatasetNotFoundError:
+            shown = {}
+        except KstoreError as exc:
+            self.fail(f"history() failed on a quiet store: {exc!r}")
+        if set(shown) - live:
+            self.fail(f"history() shows versions {sorted(set(shown) - live)} that are expired or were never committed")
+        marked = set(load.list_log(self.raw, UUID).expired)
+        if (live - marked) - set(shown):
+            self.fail(f"history() leaves out live versions {sorted((live - marked) - set(shown))}")
+        for v, h in shown.items():
+            if h.txn != self.tags.get(v):
+                self.fail(f"history() shows version {v} with txn {h.txn}, its entry says {self.tags.get(v)}")
 
     def _new_version(self, v: int, entry: dict) -> None:
         parent = entry.get("parent")
