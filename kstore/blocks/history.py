@@ -15,10 +15,12 @@ from kstore.core.log import LogEntry
 from kstore.core.runtime import parallel_map
 from kstore.core.summary import Record, Summary, decode_summary, encode_summary, record_of
 from kstore.errors import (
+    CorruptMetadataError,
     DatasetNotFoundError,
     InvalidArgumentError,
     KeyNotFoundError,
     KstoreError,
+    LimitExceededError,
     VersionNotFoundError,
 )
 from kstore.io.store import Store
@@ -68,7 +70,7 @@ def _summary(store: Store, dataset_uuid: str, version: int) -> Summary | None:
         return decode_summary(store.get(naming.summary_key(dataset_uuid, version)), where=where)
     except KeyNotFoundError:
         return None
-    except KstoreError as exc:
+    except (CorruptMetadataError, LimitExceededError) as exc:  # a store error propagates
         log.warning("%s is unreadable (%s); reading the log entries instead", where, exc)
         return None
 
@@ -203,19 +205,23 @@ def write_summary(store: Store, dataset_uuid: str, version: int, known: Sequence
         listing = load.list_log(store, dataset_uuid)
         listed = [v for v in listing.versions if v <= version]
         have: dict[int, Record] = {}
+        large: set[int] = set()  # records too large to keep: history() reads their entries
         older = [s for s in listing.summaries if s < version]
         prior = _summary(store, dataset_uuid, older[-1]) if older else None
         if prior is not None:
             have.update((r.version, r) for r in prior.records)
+            large.update(prior.large)
         have.update((e.version, record_of(e)) for e in known)
-        need = [v for v in listed if v not in have][-SUMMARY_BACKFILL:]
+        need = [v for v in listed if v not in have and v not in large][-SUMMARY_BACKFILL:]
         for v, e in zip(need, parallel_map(lambda v: _entry_or_none(store, dataset_uuid, v), need)):
             if e is not None:
                 have[v] = record_of(e)
+        large |= {v for v, r in have.items() if not r.small}
         expired = set(listing.expired)
         records = [have[v].expire() if v in expired and have[v].kind == "dataset" else have[v]
-                   for v in listed if v in have]
-        store.put(naming.summary_key(dataset_uuid, version), encode_summary(version, records))
+                   for v in listed if v in have and v not in large]
+        large &= set(listed)
+        store.put(naming.summary_key(dataset_uuid, version), encode_summary(version, records, sorted(large)))
     except KstoreError as exc:
         log.info("dataset %r: history summary of version %d not written (%s)", dataset_uuid, version, exc)
         return False

@@ -169,10 +169,15 @@ class FileTable:
     def unindexed_labels(self, column: str) -> list[str]:
         """Labels whose ``idx:`` list of ``column`` is unknown (null, or no such column)."""
         name = IDX + column
-        rows = self.table.take(self.first_rows())
-        if name not in rows.column_names:
-            return list(rows.column("label").to_pylist())
-        return list(rows.filter(pc.is_null(rows.column(name))).column("label").to_pylist())
+        if name not in self.table.column_names:
+            return list(self.unique_labels().to_pylist())
+        rows = self.table.select(["label", name])
+        if not self.single_table():
+            rows = rows.take(self.first_rows())
+        lists = rows.column(name)
+        if lists.null_count == 0:
+            return []
+        return list(rows.filter(pc.is_null(lists)).column("label").to_pylist())
 
     def with_index(self, column: str, lists: pa.Array) -> FileTable:
         """The table with ``idx:<column>`` set to ``lists`` (one entry per row)."""
@@ -285,10 +290,10 @@ def _maybe_odd(keys: pa.Array) -> bool:
     data, ends = string_bytes(keys)
     if not len(data):
         return False
-    if ((data == 0x5C) | (data == 0)).any():
+    if data.min() == 0 or (data == 0x5C).any():
         return True
-    slash = data[:-1] == 0x2F
-    if (slash & ((data[1:] == 0x2F) | (data[1:] == 0x2E))).any():
+    after_slash = data[np.flatnonzero(data[:-1] == 0x2F) + 1]  # few: a handful of "/" per key
+    if ((after_slash == 0x2F) | (after_slash == 0x2E)).any():
         return True
     ends = ends - 1
     ends = ends[ends >= 0]

@@ -200,8 +200,9 @@ class DatasetMetadata:
         if ft is not None:
             import pyarrow.compute as pc
 
-            return bool(len(ft)) and bool(pc.any(pc.is_in(pa.array(keys, pa.string()),
-                                                           value_set=ft.table.column("key").combine_chunks())).as_py())
+            if not len(ft) or not keys:
+                return False
+            return bool(pc.any(pc.is_in(ft.table.column("key"), value_set=pa.array(keys, pa.string()))).as_py())
         wanted = set(keys)
         return any(k in wanted for files in self.partitions.values() for k in files.values())
 

@@ -9,6 +9,9 @@ dataset (``delete``, or the ``vacuum`` of a dataset never created), or an expire
 version (a tombstone; its timestamp is kept, so ``as_of`` can tell "expired" from
 "before it").
 
+A record naming more than :data:`MAX_LABELS` partitions (a large create or overwrite) is
+left out: its entry is read instead.
+
 A summary is a cache, never the truth: a reader keeps only records of versions that one
 listing of the log still shows, treats a version with an ``.expired`` marker as expired
 (garbage collection writes the marker before the tombstone), and reads the entries of the
@@ -40,9 +43,12 @@ from kstore.core import serialize
 from kstore.core.log import LogEntry
 from kstore.errors import CorruptMetadataError, KstoreError
 
-__all__ = ["Record", "Summary", "record_of", "encode_summary", "decode_summary", "SUMMARY_FORMAT"]
+__all__ = ["Record", "Summary", "record_of", "encode_summary", "decode_summary", "SUMMARY_FORMAT", "MAX_LABELS"]
 
 SUMMARY_FORMAT = 1
+
+#: labels (added + removed) a record may name to be kept in a summary
+MAX_LABELS = 1000
 
 Kind = Literal["dataset", "fence", "expired"]
 
@@ -64,6 +70,13 @@ class Record:
     n_partitions: int = 0
     info: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
+    @property
+    def small(self) -> bool:
+        """True when the record names at most :data:`MAX_LABELS` partitions (a summary keeps
+        only those: a create of 100k partitions is read from its entry, not copied into every
+        summary while it is retained)."""
+        return len(self.added) + len(self.removed) <= MAX_LABELS
+
     def expire(self) -> Record:
         """This record as an expired version (what a tombstone of it would say)."""
         return Record(self.version, "expired", self.timestamp, self.operation, self.parent)
@@ -83,17 +96,19 @@ def record_of(entry: LogEntry) -> Record:
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """A decoded summary: the version it was written at and its records (oldest first)."""
+    """A decoded summary: the version it was written at, its records (oldest first) and the
+    versions whose records were too large to keep (their entries are read instead)."""
 
     version: int
     records: tuple[Record, ...]
+    large: tuple[int, ...] = ()
 
 
 _COLUMNS = ("version", "kind", "timestamp", "operation", "parent", "added", "removed", "rows_added",
             "writer", "txn", "n_partitions", "info")
 
 
-def encode_summary(version: int, records: Sequence[Record]) -> bytes:
+def encode_summary(version: int, records: Sequence[Record], large: Sequence[int] = ()) -> bytes:
     """The bytes of a summary written at ``version`` (msgpack, zstd; one list per field)."""
     cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
     for r in records:
@@ -109,7 +124,8 @@ def encode_summary(version: int, records: Sequence[Record]) -> bytes:
         cols["txn"].append(list(r.txn) if r.txn else None)
         cols["n_partitions"].append(r.n_partitions)
         cols["info"].append(dict(r.info) if r.info else None)
-    return serialize.dumps({"summary": SUMMARY_FORMAT, "version": version, "records": cols}, "msgpack.zstd")
+    return serialize.dumps({"summary": SUMMARY_FORMAT, "version": version, "records": cols,
+                            "large": sorted(large)}, "msgpack.zstd")
 
 
 def decode_summary(data: bytes, *, where: str) -> Summary:
@@ -144,4 +160,7 @@ def decode_summary(data: bytes, *, where: str) -> Summary:
         raise
     except (KstoreError, TypeError, ValueError) as exc:
         raise CorruptMetadataError(f"{where}: a record is damaged ({exc})") from exc
-    return Summary(raw["version"], tuple(records))
+    large = raw.get("large", [])
+    if not isinstance(large, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in large):
+        raise CorruptMetadataError(f"{where}: 'large' must be a list of versions")
+    return Summary(raw["version"], tuple(records), tuple(large))

@@ -203,3 +203,26 @@ def test_gc_keeps_only_the_newest_summary():
     summaries = load.list_log(store, "ds").summaries
     assert len(summaries) == 1
     assert rows(kstore.history(store, "ds")) == rows(kstore.history(without_summaries(store, "ds"), "ds"))
+
+
+def test_a_large_create_stays_out_of_the_summaries_and_is_read_once():
+    """A create of 1,200 partitions names every label: its record stays out of the summary
+    (listed as large), history() reads its entry, and summary writers never re-read it."""
+    store = MemoryStore()
+    clock = runtime.FixedRuntime(EPOCH, seed=8)
+    with runtime.installed(clock):
+        kstore.store_dataset(store, "ds", pd.DataFrame({"p": range(1200), "id": range(1200)}), partition_on="p")
+        counting = CountingStore(store)
+        for i in range(1, 25):
+            clock.advance(60)
+            kstore.update_dataset(counting, "ds", frame(5000 + i), partition_on="p")
+    assert (("get", naming.log_key("ds", 0)) not in counting.keys)  # no summary writer read the create
+    newest = load.list_log(store, "ds").summaries[-1]
+    summary = hist._summary(store, "ds", newest)
+    assert summary is not None and summary.large == (0,) and 0 not in {r.version for r in summary.records}
+    assert len(store.get(naming.summary_key("ds", newest))) < 8_000
+    counting = CountingStore(store)
+    got = kstore.history(counting, "ds")
+    assert sum(counting.calls.values()) <= 20 and ("get", naming.log_key("ds", 0)) in counting.keys
+    assert got[0].n_partitions == 1200 and len(got[0].added) == 1200
+    assert rows(got) == rows(kstore.history(without_summaries(store, "ds"), "ds"))
