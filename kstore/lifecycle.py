@@ -341,7 +341,9 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
     dataset_uuid
         The dataset's name.
     limit
-        Only the newest ``limit`` versions (reads only their log entries).
+        Only the newest ``limit`` versions. Either way the cost is 1 listing of the log,
+        1 get of the newest history summary and 1 get per version it does not cover (the
+        few after it); with ``limit``, the summary is read only if those few do not suffice.
     as_frame
         Return a pandas DataFrame, one row per version (columns ``version``, ``parent``,
         ``timestamp``, ``operation``, ``rows_added``, ``added``, ``removed``,

@@ -284,17 +284,30 @@ def from_ipc_text(text: Any, where: str) -> pa.Table:
         raise CorruptMetadataError(f"{where} is not an Arrow IPC stream ({exc})") from exc
 
 
+#: bytes :func:`_maybe_odd` scans at a time (its temporaries stay in cache, and are reused)
+_SCREEN_CHUNK = 1 << 16
+
+
 def _maybe_odd(keys: pa.Array) -> bool:
-    """One scan of the keys' bytes: True when some key may hold ``/.``, ``//``, ``\\`` or
-    NUL, or end in ``/`` (then the exact check runs)."""
+    """A scan of the keys' bytes: True when some key may hold ``/.``, ``//``, ``\\`` or
+    NUL, or end in ``/`` (then the exact check runs). It runs on every open of a checkpoint
+    (100k keys: ~6 MB), in cache-sized chunks with reused buffers: half the time of
+    whole-array temporaries on freshly decoded memory."""
     data, ends = string_bytes(keys)
-    if not len(data):
+    n = len(data)
+    if not n:
         return False
-    if data.min() == 0 or (data == 0x5C).any():
+    if data.min() == 0:
         return True
-    after_slash = data[np.flatnonzero(data[:-1] == 0x2F) + 1]  # few: a handful of "/" per key
-    if ((after_slash == 0x2F) | (after_slash == 0x2E)).any():
-        return True
+    flags = np.empty(_SCREEN_CHUNK + 1, bool)
+    for i in range(0, n, _SCREEN_CHUNK):
+        chunk = data[i:i + _SCREEN_CHUNK + 1]  # one byte of overlap: a "/" at the chunk's end
+        m = len(chunk)
+        if np.equal(chunk, 0x5C, out=flags[:m]).any():
+            return True
+        after_slash = chunk[np.flatnonzero(np.equal(chunk[:m - 1], 0x2F, out=flags[:m - 1])) + 1]
+        if ((after_slash == 0x2F) | (after_slash == 0x2E)).any():
+            return True
     ends = ends - 1
     ends = ends[ends >= 0]
     return bool((data[ends] == 0x2F).any())
