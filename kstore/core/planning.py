@@ -166,15 +166,26 @@ def partition_value_arrays_of(meta: DatasetMetadata, schema: pa.Schema, labels: 
     return out
 
 
-def _idx_lists(rows: pa.Table | None, column: str) -> pa.Array | None:
+def _contiguous(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    return values
+
+
+def _idx_lists(rows: pa.Table | None, column: str) -> pa.ChunkedArray | None:
     if rows is None or f"idx:{column}" not in rows.column_names:
         return None
-    return rows.column(f"idx:{column}").combine_chunks()
+    return rows.column(f"idx:{column}")
 
 
-def _lists_mask(term: Term, lists: pa.Array, schema: pa.Schema) -> np.ndarray:
+def _lists_mask(term: Term, lists: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> np.ndarray:
     """Per file: whether any of its distinct values (an ``idx:`` list) satisfies ``term``
-    (files whose list is unknown are kept). The same test the rows get, on the values."""
+    (files whose list is unknown are kept). The same test the rows get, on the values;
+    chunk by chunk (no copy of the lists)."""
+    if isinstance(lists, pa.ChunkedArray):
+        if lists.num_chunks == 0:
+            return np.zeros(0, dtype=bool)
+        return np.concatenate([_lists_mask(term, chunk, schema) for chunk in lists.chunks])
     n = len(lists)
     out = np.asarray(pc.is_null(lists).to_numpy(zero_copy_only=False), dtype=bool)
     flat = pc.list_flatten(lists)
@@ -246,9 +257,11 @@ def plan_read(
     rows: pa.Table | None = None  # format 2: the table's files, with statistics and idx: lists
     if meta.files is not None:
         rows = meta.files.for_table(table)
-        labels_arr = rows.column("label").combine_chunks()
-        keys_arr = rows.column("key").combine_chunks()
-        n = len(labels_arr)
+        # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
+        # copy of 100k labels and keys to plan, only the kept ones are taken
+        labels_arr = rows.column("label")
+        keys_arr = rows.column("key")
+        n = rows.num_rows
         if "rows" in rows.column_names and n:
             stats, stats_rows = rows, np.arange(n)
         else:
@@ -261,7 +274,7 @@ def plan_read(
         if stats is not None and n and stats.num_rows:
             pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
             stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
-    part_arrays = partition_value_arrays_of(meta, schema, labels_arr, pcols) if (pcols and n) else {}
+    part_arrays = partition_value_arrays_of(meta, schema, _contiguous(labels_arr), pcols) if (pcols and n) else {}
 
     stages: list[Stage] = []
     conj_masks: list[np.ndarray] = []
@@ -287,7 +300,7 @@ def plan_read(
                 idx = None
             if idx is not None:
                 if term.column not in idx_maps:
-                    m = pc.index_in(idx.labels, value_set=labels_arr).fill_null(-1)
+                    m = pc.index_in(idx.labels, value_set=_contiguous(labels_arr)).fill_null(-1)
                     idx_maps[term.column] = m.to_numpy(zero_copy_only=False)
                 hits = idx_maps[term.column][idx.lookup(term.op, term.value)]
                 term_mask = np.zeros(n, dtype=bool)
