@@ -95,10 +95,7 @@ class _LogState:
     references: frozenset[str]
     starts: tuple[DatasetMetadata, ...] = ()  # first version of each run of retained versions
     main_version: int | None = None
-    checkpoints: tuple[int, ...] = ()
-    summaries: tuple[int, ...] = ()
-    markers: tuple[int, ...] = ()  # versions with an expired marker
-    listed: frozenset[int] = frozenset()  # versions whose entries were listed
+    listing: load.LogListing = load.LogListing((), ())  # entries, checkpoints, summaries, markers
 
     @property
     def expired_versions(self) -> tuple[int, ...]:
@@ -119,8 +116,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
             entries[v] = None  # damaged: decided below by its neighbours
     main, _ = _main_or_none(store, uuid)
     if not entries and main is None:
-        return _LogState((), (), (), frozenset(), (), None, listing.checkpoints, listing.summaries,
-                         listing.expired, frozenset(listing.versions))
+        return _LogState((), (), (), frozenset(), (), None, listing)
     present = sorted(entries)
     newest = present[-1] if present else None
 
@@ -169,8 +165,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
     if main is not None:
         refs |= main.referenced_keys()  # kartothek readers read it, even when it lags
     return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs), tuple(starts),
-                     main_version, listing.checkpoints, listing.summaries, listing.expired,
-                     frozenset(listing.versions))
+                     main_version, listing)
 
 
 def _added_keys(uuid: str, entry: LogEntry) -> set[str]:
@@ -261,9 +256,9 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
     if state.expired or state.drop:
         for meta in state.starts:
             assert meta.version is not None
-            if meta.version not in state.checkpoints:
+            if meta.version not in state.listing.checkpoints:
                 write_checkpoint(store, meta, best_effort=False)
-    marked = set(state.markers)
+    marked = set(state.listing.expired)
     for entry in state.expired:
         if entry.version not in marked:
             store.put(naming.expired_key(uuid, entry.version), b"")
@@ -272,11 +267,12 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
     retained = set(state.retained)
     oldest = min(retained, default=None)
     expired_now = {e.version for e in state.expired}
-    delete_many(store, [naming.checkpoint_key(uuid, c) for c in state.checkpoints
+    listed = set(state.listing.versions)
+    delete_many(store, [naming.checkpoint_key(uuid, c) for c in state.listing.checkpoints
                         if c not in retained and oldest is not None and c < oldest]
-                + [naming.summary_key(uuid, s) for s in state.summaries[:-1]]
+                + [naming.summary_key(uuid, s) for s in state.listing.summaries[:-1]]
                 + [naming.expired_key(uuid, v) for v in sorted(marked) if v not in expired_now
-                   and (v in retained or v in state.drop or v not in state.listed)])
+                   and (v in retained or v in state.drop or v not in listed)])
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:

@@ -196,8 +196,11 @@ class Head:
     orphan_cutoff_ms: int | None
     main_version: int | None
     loaded_at: float
-    chain: int = 0
     entries: tuple[LogEntry, ...] = ()  # the replayed entries (a history summary reuses them)
+
+    @property
+    def chain(self) -> int:
+        return len(self.entries)
 
     @property
     def next_version(self) -> int:
@@ -270,8 +273,11 @@ class Resolved:
 
     meta: DatasetMetadata | None
     entry: LogEntry | None  # None when the version was read from its checkpoint alone
-    chain: int
     entries: tuple[LogEntry, ...] = ()  # the format-2 entries replayed (oldest first)
+
+    @property
+    def chain(self) -> int:
+        return len(self.entries)
 
 
 _BATCH = 16
@@ -346,7 +352,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
                 break
             if not e.has_dataset:
                 if v == target:
-                    return Resolved(None, e, 0)
+                    return Resolved(None, e)
                 raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {v} (no dataset) lies in the "
                                            f"replay chain of version {target}")
             chain.append(e)
@@ -366,7 +372,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
             base_meta = cp_meta
             if cp == target:
                 assert base_meta is not None
-                return Resolved(base_meta, None, 0)
+                return Resolved(base_meta, None)
             break
     # the chain is newest first; contiguous versions are required
     chain.reverse()
@@ -386,7 +392,7 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
         raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no base to replay from")
     if not meta.explicit_partitions:
         meta = _discover_partitions(store, meta)
-    return Resolved(meta, target_entry, len(chain), tuple(chain))
+    return Resolved(meta, target_entry, tuple(chain))
 
 
 def load_head(store: Store, dataset_uuid: str, *, missing_store_ok: bool = False) -> Head:
@@ -442,7 +448,7 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
         else:
             fmt = meta.main_format if meta is not None else None  # type: ignore[assignment]  # checked on read
         cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
-        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.chain, got.entries)
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.entries)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
 
 
