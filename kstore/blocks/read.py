@@ -153,16 +153,6 @@ def nan_safe(dnf: Any, schema: pa.Schema) -> bool:
     return True
 
 
-def _local_paths(store: Store, plan: ReadPlan) -> list[str] | None:
-    """The files of the plan's tasks when ``store`` is a plain :class:`LocalStore`
-    (its ``open`` not overridden), else None."""
-    from kstore.io.local import LocalStore
-
-    if not isinstance(store, LocalStore) or type(store).open is not LocalStore.open:
-        return None
-    return [store.file_path(t.key) for t in plan.tasks]
-
-
 def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
                max_workers: int | None) -> pa.Table | None:
     """All tasks of ``plan`` in one ``pyarrow.dataset`` scan over a local store's files.
@@ -171,25 +161,25 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     per-row work), the residual predicate is pushed down as one expression (row groups
     pruned by their statistics), files missing a column read it as nulls and other types
     are cast (safely) to the read schema: the result equals :func:`read_task` of every task
-    concatenated in plan order. None when the plan does not fit (not a local store, tasks
-    with different residuals or partition columns, a null partition value) or the scan
-    fails; the caller then reads file by file, which also raises the precise error.
+    concatenated in plan order. None when the plan does not fit (not a plain local store,
+    tasks with different residuals or partition columns) or the scan fails; the caller then
+    reads file by file, which also raises the precise error.
     """
+    from kstore.blocks.arrow import plan_dataset
+    from kstore.io.arrowfs import is_plain_local
+
     if not MULTI_FILE_SCAN:
         return None
+    if not is_plain_local(store):
+        return None  # other stores: per-file range reads (a Python file per fragment is slower)
     tasks = plan.tasks
     residual = tasks[0].residual
     pkeys = tuple(c for c, _ in tasks[0].partition_values)
     for t in tasks:
         if t.residual != residual or tuple(c for c, _ in t.partition_values) != pkeys:
             return None
-        if any(v is None for _, v in t.partition_values):
-            return None
     if residual and not nan_safe(residual, read_schema(plan.schema)):
         return None  # the per-file path filters after reading (see nan_safe)
-    paths = _local_paths(store, plan)
-    if paths is None:
-        return None
     rschema = read_schema(plan.schema)
     columns = list(columns if columns is not None else plan.columns)
     if not columns:
@@ -198,18 +188,8 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     used_pkeys = [k for k in pkeys if k in columns or k in residual_cols]
     data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pkeys]
     try:
-        schema = pa.schema([rschema.field(c) for c in data_cols + used_pkeys])
-        partitions = []
-        for t in tasks:
-            pvalues = dict(t.partition_values)
-            exprs = [ds.field(k) == pa.scalar(pvalues[k], rschema.field(k).type) for k in used_pkeys]
-            e = exprs[0] if exprs else ds.scalar(True)
-            for x in exprs[1:]:
-                e = e & x
-            partitions.append(e)
+        dataset = plan_dataset(store, plan, data_cols + used_pkeys)
         expr = to_expression(residual, rschema) if residual else None
-        dataset = ds.FileSystemDataset.from_paths(paths, schema=schema, format=_FORMAT, filesystem=_local_fs(),
-                                                  partitions=partitions)
         # a file with duplicated column names would be read silently (its first match): leave
         # it to the per-file path, which names it (reads each footer once; the scan reuses it)
         if any(duplicate_names(f.physical_schema.names) for f in dataset.get_fragments()):
@@ -222,18 +202,6 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
         return None
     return table
-
-
-def _local_fs() -> Any:
-    global _LOCAL_FS
-    if _LOCAL_FS is None:
-        import pyarrow.fs as pafs
-
-        _LOCAL_FS = pafs.LocalFileSystem()
-    return _LOCAL_FS
-
-
-_LOCAL_FS: Any = None
 
 
 def read_plan(

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from kstore.blocks import load
 from kstore.blocks.read import read_plan, to_pandas
@@ -226,6 +227,127 @@ class Snapshot:
         """:meth:`read_table` as a pandas DataFrame (the dtypes :func:`kstore.read_dataset` gives)."""
         result = self.read_table(columns, predicates, table=table)
         return to_pandas(result, self.schema(table), categoricals=categoricals, dates_as_object=dates_as_object)
+
+    # -- other engines ---------------------------------------------------------------------
+
+    def to_pyarrow_dataset(self, predicates: Any = None, *, table: str | None = None) -> ds.Dataset:
+        """This version as a ``pyarrow.dataset.Dataset``: exactly its files, nothing else.
+
+        Reading a kstore directory with ``pyarrow.dataset.dataset(path)`` (or DuckDB's
+        ``read_parquet``, Polars' ``scan_parquet``) also reads files of replaced partitions,
+        deleted rows and failed writes, which stay until garbage collection. This dataset
+        holds one fragment per file of this version, each with its partition values as its
+        ``partition_expression`` (filters on partition columns skip whole files; the columns
+        are filled as constants), under the version's read schema.
+
+        Parameters
+        ----------
+        predicates
+            Optional DNF (as for :func:`kstore.read_dataset`): only the files that can hold
+            a match are included (partition values, secondary indices, statistics), and the
+            predicate is attached as the dataset's row filter, so every scan of it returns
+            exactly the matching rows. A ``!=`` / ``not in`` on a float column is refused
+            (:class:`~kstore.errors.InvalidArgumentError`): Arrow prunes row groups by
+            statistics that leave NaN out and would lose NaN rows; use :meth:`read_table`.
+        table
+            The table of a multi-table (kartothek) dataset; default: the dataset's table.
+
+        Returns
+        -------
+        pyarrow.dataset.Dataset
+            Files of a local directory are opened by path; files of other stores through
+            :class:`~kstore.io.arrowfs.StoreFileSystem` (the store's range reads). Once
+            garbage collection expires this version its files may be gone: a scan then
+            fails with ``FileNotFoundError``.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> df = pd.DataFrame({"p": [1, 1, 2], "x": [10, 20, 30]})
+        >>> _ = kstore.store_dataset("memory://pads", "d", df, partition_on=["p"])
+        >>> _ = kstore.update_dataset("memory://pads", "d", pd.DataFrame({"p": [1], "x": [5]}), mode="overwrite_partitions")
+        >>> dataset = kstore.open_dataset("memory://pads", "d").to_pyarrow_dataset()
+        >>> sorted(dataset.to_table()["x"].to_pylist())
+        [5, 30]
+        >>> old = kstore.open_dataset("memory://pads", "d", version=0).to_pyarrow_dataset()
+        >>> old.count_rows()
+        3
+        """
+        from kstore.blocks.arrow import plan_dataset
+        from kstore.blocks.read import nan_safe
+        from kstore.core.predicates import to_expression
+        from kstore.core.types import read_schema
+
+        plan = self.plan(predicates=predicates, table=table)
+        dataset = plan_dataset(self.store, plan)
+        if plan.predicates is None:
+            return dataset
+        rschema = read_schema(plan.schema)
+        if not nan_safe(plan.predicates, rschema):
+            raise InvalidArgumentError(
+                f"dataset {self.dataset_uuid!r}: a '!=' or 'not in' predicate on a float column cannot be "
+                "attached to a pyarrow dataset exactly (Arrow prunes row groups by statistics that leave "
+                "NaN out, losing NaN rows); read with Snapshot.read_table or filter after scanning")
+        return dataset.filter(to_expression(plan.predicates, rschema))
+
+    def to_duckdb(self, table_name: str, connection: Any = None, *, predicates: Any = None,
+                  table: str | None = None) -> Any:
+        """Register this version (:meth:`to_pyarrow_dataset`) as ``table_name`` on a DuckDB
+        connection (a new in-memory one by default) and return the connection.
+
+        DuckDB scans the Arrow dataset lazily and pushes its projections and filters into
+        it, so only this version's files are read, and only the partitions a filter on a
+        partition column can match. Needs ``pip install duckdb``.
+
+        Parameters
+        ----------
+        table_name
+            The name SQL refers to.
+        connection
+            A ``duckdb.DuckDBPyConnection``; default: ``duckdb.connect()``.
+        predicates, table
+            As for :meth:`to_pyarrow_dataset`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> df = pd.DataFrame({"p": [1, 1, 2], "x": [10, 20, 30]})
+        >>> _ = kstore.store_dataset("memory://duck-doc", "d", df, partition_on=["p"])
+        >>> con = kstore.open_dataset("memory://duck-doc", "d").to_duckdb("d")
+        >>> con.execute("SELECT p, sum(x) FROM d GROUP BY p ORDER BY p").fetchall()
+        [(1, 30), (2, 30)]
+        """
+        import duckdb
+
+        con = duckdb.connect() if connection is None else connection
+        con.register(table_name, self.to_pyarrow_dataset(predicates, table=table))
+        return con
+
+    def to_polars(self, predicates: Any = None, *, table: str | None = None) -> Any:
+        """This version as a Polars ``LazyFrame`` over :meth:`to_pyarrow_dataset`.
+
+        Polars evaluates its own filters after the scan (``allow_pyarrow_filter=False``):
+        pushed into Arrow they would be pruned by Parquet statistics that leave NaN out and
+        could lose rows. Pass ``predicates`` to skip files (partition values, indices,
+        statistics) before Polars sees them. Needs ``pip install polars``.
+
+        Parameters
+        ----------
+        predicates, table
+            As for :meth:`to_pyarrow_dataset`.
+
+        Examples
+        --------
+        >>> import pandas as pd, polars as pl, kstore
+        >>> df = pd.DataFrame({"p": [1, 1, 2], "x": [10, 20, 30]})
+        >>> _ = kstore.store_dataset("memory://polars-doc", "d", df, partition_on=["p"])
+        >>> lazy = kstore.open_dataset("memory://polars-doc", "d").to_polars()
+        >>> lazy.filter(pl.col("x") > 15).select(pl.col("x").sum()).collect().item()
+        50
+        """
+        import polars as pl
+
+        return pl.scan_pyarrow_dataset(self.to_pyarrow_dataset(predicates, table=table), allow_pyarrow_filter=False)
 
     def history(self) -> list[Any]:
         """The retained versions up to and including this one, oldest first."""

@@ -485,6 +485,39 @@ def test_read_as_arrow(store_url, uuid):
         _fail("as_arrow read differs", uuid, problems)
 
 
+@pytest.mark.parametrize("uuid", UUIDS)
+def test_pyarrow_dataset_reads_the_recorded_rows(store_url, uuid):
+    """``Snapshot.to_pyarrow_dataset()`` of a kartothek dataset: the recorded full read, with
+    partition values from the fragments' expressions, typed as kstore reads them."""
+    exp = EXP[uuid]
+    dataset = kstore.open_dataset(store_url, uuid).to_pyarrow_dataset()
+    tbl = dataset.to_table()
+    problems = fx.compare_summary(fx.full_read_truth(exp), fx.summarize(tbl))
+    want = _read(store_url, uuid, as_arrow=True)
+    if tbl.schema != want.schema:
+        problems.append(f"schema {tbl.schema} differs from read_table's {want.schema}")
+    elif tbl.sort_by("row_id") != want.sort_by("row_id"):
+        problems.append("rows differ from read_table's")
+    if problems:
+        _fail("pyarrow dataset differs", uuid, problems)
+
+
+@pytest.mark.parametrize("uuid,qi", QUERY_CASES)
+def test_pyarrow_dataset_answers_the_recorded_queries(store_url, uuid, qi):
+    q = _q(uuid, qi)
+    truth, _ = fx.query_truth(q)
+    preds = fx.decode_predicates(q["predicates"])
+    snap = kstore.open_dataset(store_url, uuid)
+    try:
+        tbl = snap.to_pyarrow_dataset(preds).to_table()
+    except kstore.errors.InvalidArgumentError as exc:  # only the documented float refusal
+        assert "float column" in str(exc)
+        return
+    problems = fx.compare_summary(truth, fx.summarize(tbl))
+    if problems:
+        _fail("pyarrow dataset query differs", uuid, problems, q["predicates"])
+
+
 @pytest.mark.parametrize("form", URL_FORMS)
 @pytest.mark.parametrize("uuid", UUIDS)
 def test_store_url_forms(interop_store, uuid, form):
