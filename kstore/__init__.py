@@ -12,6 +12,8 @@ argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``
 ``ReadPlan``, ``HistoryEntry``, ``Diff``, ``GCResult``.
 """
 
+import logging as _logging
+
 from kstore._version import __version__
 from kstore.blocks.gc import GCResult
 from kstore.blocks.history import Diff, HistoryEntry
@@ -47,6 +49,10 @@ from kstore.lifecycle import (
     history,
     upgrade_dataset,
 )
+
+# a library logs, the application decides where to: records of "kstore.*" loggers go nowhere
+# until logging is configured (https://docs.python.org/3/howto/logging.html#library-config)
+_logging.getLogger("kstore").addHandler(_logging.NullHandler())
 
 __all__ = [
     "__version__",

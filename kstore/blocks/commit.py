@@ -26,6 +26,7 @@ a failure to publish raises :class:`~kstore.errors.CommitStateUnknownError` with
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -65,6 +66,8 @@ from kstore.errors import (
     VersionNotFoundError,
 )
 from kstore.io.store import Store
+
+log = logging.getLogger("kstore.commit")
 
 __all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms", "write_checkpoint"]
 
@@ -159,6 +162,8 @@ def commit(
         head = _fresh_head(store, dataset_uuid, known_base if attempt == 0 else None)
         base = head.meta
         if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
+            log.info("dataset %r: %s with txn %s:%d was committed before; nothing to do",
+                     dataset_uuid, op.kind, op.txn[0], op.txn[1])
             return Committed(None, base, new=False)
         if op.kind == "upgrade" and base is not None and base.version is not None:
             return Committed(None, base, new=False)  # a concurrent upgrade won
@@ -177,10 +182,13 @@ def commit(
             raise
         if head.age() > BASE_MAX_AGE.total_seconds():
             _cleanup(store, written)
+            log.debug("dataset %r: base listed %.1f s ago, listing again", dataset_uuid, head.age())
             continue  # too long since the listing: the number may be stale; list again
         claimed = _claim(store, naming.log_key(dataset_uuid, staged.entry.version), staged.entry_bytes,
                          staged.entry)
         if not claimed:
+            log.debug("dataset %r: version %d was claimed by another writer (attempt %d); retrying",
+                      dataset_uuid, staged.entry.version, attempt + 1)
             _cleanup(store, written)
             rt.sleep(delay * rt.random())  # full jitter
             delay = min(delay * 2, 0.25)
@@ -191,6 +199,9 @@ def commit(
         if staged.checkpoint and staged.meta is not None:
             write_checkpoint(store, staged.meta)
             write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
+        log.info("dataset %r: committed version %d (%s: %d file(s) added, %d partition(s) removed%s)",
+                 dataset_uuid, staged.entry.version, op.kind, len(op.added), len(op.remove),
+                 f", after {attempt + 1} attempts" if attempt else "")
         return Committed(staged.entry, staged.meta)
     raise CommitConflictError(
         f"dataset {dataset_uuid!r}: gave up after {max_attempts} attempts; other writers kept committing first"

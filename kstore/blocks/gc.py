@@ -23,6 +23,7 @@ never loses its files).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -35,6 +36,8 @@ from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
 from kstore.errors import CorruptMetadataError, DatasetNotFoundError, VersionNotFoundError
 from kstore.io.store import Store, delete_many
+
+log = logging.getLogger("kstore.gc")
 
 __all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
 
@@ -233,6 +236,9 @@ def collect_garbage(
         remove_temporary = getattr(store, "remove_temporary", None)
         if remove_temporary is not None:  # temporary files of puts a crash interrupted (local stores)
             remove_temporary(dataset_uuid, cutoff.timestamp())
+    log.info("dataset %r: garbage collection%s (retention %s): %d file(s) %sdeleted, %d version(s) expired, "
+             "%d retained", dataset_uuid, " dry run" if dry_run else "", retention, len(garbage),
+             "to be " if dry_run else "", len(state.expired_versions), len(state.retained))
     return GCResult(tuple(garbage), state.expired_versions, state.retained, dry_run, fence)
 
 

@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -51,6 +52,8 @@ from kstore.errors import (
     InvalidArgumentError,
 )
 from kstore.io.store import Store
+
+log = logging.getLogger("kstore.write")
 
 __all__ = ["WriteMode", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
            "delete_files", "as_columns"]
@@ -156,6 +159,9 @@ def prepare_write(
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
                    head=head, options=options)
     if job.already_committed:
+        assert txn is not None
+        log.info("dataset %r: %s with txn %s:%d was committed before; nothing to do", dataset_uuid, mode,
+                 txn[0], txn[1])
         return replace(job, partition_on=job.existing.partition_keys, index_columns=())
     if mode == "error" and base is not None:
         raise DatasetExistsError(

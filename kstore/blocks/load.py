@@ -13,6 +13,7 @@ kartothek's header-only datasets, which have no partition list).
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ from kstore.errors import (
     short_repr,
 )
 from kstore.io.store import Store
+
+log = logging.getLogger("kstore.load")
 
 __all__ = [
     "Head",
@@ -448,6 +451,8 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
         else:
             fmt = meta.main_format if meta is not None else None  # type: ignore[assignment]  # checked on read
         cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
+        log.debug("dataset %r: newest version %d, %d log entr(ies) replayed after its checkpoint",
+                  dataset_uuid, newest, len(got.entries))
         return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.entries)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
 

@@ -24,6 +24,7 @@ DatasetMetadata(...)
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
 from kstore.errors import CorruptMetadataError, InvalidArgumentError, KeyNotFoundError, VersionNotFoundError
 from kstore.io.store import CountingStore, Store
+
+log = logging.getLogger("kstore.read")
 
 __all__ = ["Snapshot", "open_snapshot", "resolve_metadata", "raise_if_expired"]
 
@@ -203,6 +206,8 @@ class Snapshot:
                      store_calls=calls)
         if stats and file_stats is None:
             file_stats = self._stats(self.store)  # asked for, not a planning call
+        log.debug("dataset %r version %s: %d of %d file(s) planned, %d store call(s)", self.dataset_uuid,
+                  self.version, len(plan.tasks), plan.n_partitions, plan.store_calls)
         return plan, file_stats
 
     # -- reading ---------------------------------------------------------------------------

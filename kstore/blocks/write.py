@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from kstore.errors import (
     short_repr,
 )
 from kstore.io.store import Store, delete_many
+
+log = logging.getLogger("kstore.write")
 
 __all__ = [
     "WrittenFile",
@@ -422,13 +425,16 @@ def write_partitions(
         if threads <= 1:
             for item in named:
                 written.append(work(item))
-            return written
-        with ThreadPoolExecutor(threads) as pool:
-            futures = [pool.submit(work, item) for item in named]
-        failed = [exc for f in futures if (exc := f.exception()) is not None]
-        written = [f.result() for f in futures if f.exception() is None]
-        if failed:
-            raise failed[0]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                futures = [pool.submit(work, item) for item in named]
+            failed = [exc for f in futures if (exc := f.exception()) is not None]
+            written = [f.result() for f in futures if f.exception() is None]
+            if failed:
+                raise failed[0]
+        log.debug("dataset %r: wrote %d file(s), %d row(s), %d byte(s) (%d thread(s); not committed yet)",
+                  dataset_uuid, len(written), sum(w.stats.rows for w in written),
+                  sum(w.stats.nbytes for w in written), threads)
         return written
     except BaseException:
         delete_files(store, written)  # a failed call leaves no file behind
