@@ -4,7 +4,8 @@ Writes are ``map_partitions(write one partition's files)`` followed by ONE commi
 client through :func:`kstore.blocks.commit.commit`; only small file records travel back
 from the workers. Reads are planned once on the client (with the dataset's indices) and
 become ``dd.from_map`` over the planned files, with ``meta`` built from the schema and
-column projection pushed into the Parquet read by Dask's optimizer.
+column projection pushed into the Parquet read by Dask's optimizer; ``blocksize`` makes one
+Dask partition read several small files.
 
 Stores reach the workers as URLs or picklable factories
 (:func:`kstore.io.store.store_factory`); an in-process ``memory://`` store is refused when
@@ -44,6 +45,7 @@ import pyarrow as pa
 from dask.base import compute as dask_compute
 from dask.dataframe.utils import pyarrow_strings_enabled
 from dask.delayed import Delayed, delayed
+from dask.utils import parse_bytes
 
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -826,6 +828,80 @@ class _Files:
         return (_Files, (self.tasks,))
 
 
+def _as_blocksize(value: Any) -> int | None:
+    """``blocksize`` in bytes: None, a positive int, or a string Dask's ``parse_bytes``
+    reads (``"128MiB"``, ``"64 MB"``)."""
+    if value is None:
+        return None
+    size: Any = value
+    if isinstance(value, str):
+        try:  # parse_bytes reads "" and "MB" as 1 and 10**6 bytes: a number is required
+            size = parse_bytes(value) if any(c.isdigit() for c in value) else None
+        except (ValueError, TypeError):
+            size = None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidArgumentError(
+            f"blocksize must be None, a positive number of bytes or a size such as '128MiB', got {value!r}"
+        )
+    return size
+
+
+def _file_sizes(plan: ReadPlan, stats: pa.Table | None) -> dict[str, int]:
+    """Bytes of each planned file, from the per-file statistics; files without statistics
+    (kartothek and plateau datasets) are left out."""
+    if stats is None or not plan.tasks or "bytes" not in stats.column_names:
+        return {}
+    planned = {t.label for t in plan.tasks}
+    return {label: int(n) for label, n in zip(stats.column("label").to_pylist(), stats.column("bytes").to_pylist())
+            if n is not None and label in planned}
+
+
+def _group_by_size(tasks: Sequence[ReadTask], sizes: Mapping[str, int], blocksize: int) -> list[tuple[ReadTask, ...]]:
+    """Consecutive runs of ``tasks`` (plan order kept) whose summed ``sizes`` are at most
+    ``blocksize``; a file larger than that, or one of unknown size, is a group of its own.
+
+    Greedy: a file joins the current group while the group stays within ``blocksize``.
+
+    Parameters
+    ----------
+    tasks
+        The planned files, in plan order.
+    sizes
+        Bytes per file label (files not in it have an unknown size).
+    blocksize
+        The largest summed size of a group of several files, in bytes.
+
+    Returns
+    -------
+    list[tuple[ReadTask, ...]]
+        The groups, in order; concatenated they are ``tasks``.
+
+    Examples
+    --------
+    >>> from kstore.core.planning import ReadTask
+    >>> ts = [ReadTask(str(i), f"{i}.parquet", (), None) for i in range(5)]
+    >>> sizes = {"0": 40, "1": 40, "2": 40, "3": 200, "4": 10}
+    >>> [[t.label for t in g] for g in _group_by_size(ts, sizes, 100)]
+    [['0', '1'], ['2'], ['3'], ['4']]
+    """
+    groups: list[tuple[ReadTask, ...]] = []
+    current: list[ReadTask] = []
+    total = 0
+    for t in tasks:
+        size = sizes.get(t.label)
+        if current and (size is None or total + size > blocksize):
+            groups.append(tuple(current))
+            current, total = [], 0
+        if size is None:
+            groups.append((t,))
+            continue
+        current.append(t)
+        total += size
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
 def _dispatch(plan: ReadPlan, store: Store, dispatch_by: Sequence[str] | None) -> list[_Files]:
     """One group per planned file, or one per distinct value combination of ``dispatch_by``."""
     if dispatch_by is None:
@@ -857,6 +933,7 @@ def read_dataset(
     version: int | None = None,
     as_of: AsOf = None,
     dispatch_by: str | Sequence[str] | None = None,
+    blocksize: int | str | None = None,
 ) -> dd.DataFrame:
     """A lazy Dask DataFrame of (a filtered part of) a dataset.
 
@@ -872,7 +949,9 @@ def read_dataset(
     in any planned file is ``Int64`` / ``boolean`` in all of them; binary, decimal, list
     and struct columns are ``pd.ArrowDtype`` (Dask would turn object columns into
     strings). ``columns=[]`` reads no column but every row (``len(ddf)`` counts). Dask's
-    optimizer pushes column selections into the Parquet reads.
+    optimizer pushes column selections into the Parquet reads. Many small files (many
+    appends, a high-cardinality ``partition_on``) make many tiny partitions: ``blocksize``
+    reads several files per partition.
 
     Parameters
     ----------
@@ -890,6 +969,17 @@ def read_dataset(
     dispatch_by
         Partition columns: one Dask partition per distinct combination of their values
         (instead of one per file).
+    blocksize
+        Aggregate small files: each Dask partition reads consecutive planned files (plan
+        order, across partition values) whose summed size is at most this many bytes; a
+        larger file is a partition of its own. An int, or a string as Dask reads it
+        (``"128MiB"``, ``"64 MB"``). The sizes are the files' stored (compressed Parquet)
+        bytes from the per-file statistics, before predicates and column selection, so a
+        partition holds at most ``blocksize`` bytes of files (in memory it is usually
+        larger). Files without statistics (kartothek and plateau datasets) stay one
+        partition each. None (default): one partition per file, as ``dd.read_parquet``
+        (which by default never aggregates files: ``aggregate_files=False``; its
+        ``blocksize`` splits large files by row groups instead). Not with ``dispatch_by``.
 
     Returns
     -------
@@ -906,14 +996,22 @@ def read_dataset(
     (1, {'p': dtype('int64'), 'v': dtype('float64')})
     >>> ddf["v"].sum().compute(scheduler="threads")
     np.float64(5.0)
+    >>> kstore.dask.read_dataset("memory://dask-read-doc", "ds", blocksize="128MiB").npartitions
+    1
     """
+    size = _as_blocksize(blocksize)
+    if size is not None and dispatch_by is not None:
+        raise InvalidArgumentError("blocksize and dispatch_by cannot be used together: each chooses the partitions")
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
     plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, stats=True)
     nullable = nullable_columns(plan, stats)
     arrow_strings = pyarrow_strings_enabled()
     meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)
-    groups = _dispatch(plan, st, dispatch_by)
+    if size is not None:
+        groups = [_Files(g) for g in _group_by_size(plan.tasks, _file_sizes(plan, stats), size)]
+    else:
+        groups = _dispatch(plan, st, dispatch_by)
     if not groups:
         return dd.from_pandas(meta, npartitions=1)
     return dd.from_map(_ReadPartition(factory, plan, arrow_strings, nullable), groups, meta=meta,
