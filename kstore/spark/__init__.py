@@ -90,6 +90,10 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
 def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
     """Register the ``kstore`` data source with ``spark`` (once per session is enough).
 
+    Without it, a session still has the ``kstore`` source PySpark discovers in the
+    installed ``pyspark_kstore`` package (no filter pushdown, no session setting changed);
+    ``register`` replaces it in this session.
+
     With ``filter_pushdown`` (default) on a Spark whose scans keep their own read plan
     (:func:`scans_keep_own_read_plan`), filters Spark pushes prune files too, and
     ``spark.sql.python.filterPushdown.enabled`` is set (Spark refuses a Python reader with

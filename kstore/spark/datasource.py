@@ -1,7 +1,10 @@
 """The ``kstore`` Spark Python data source (``spark.read/df.write.format("kstore")``).
 
-Register it once per session with :func:`kstore.spark.register` (which also turns on
-``spark.sql.python.filterPushdown.enabled``)::
+With kstore installed (not as a setuptools strict editable install), every new
+SparkSession has it: PySpark discovers ``pyspark_kstore.DefaultSource`` (this module's
+:class:`KstoreDataSourceNoPushdown`, which needs no session setting).
+:func:`kstore.spark.register` replaces it in one session with the pushdown source where
+that is exact (and then turns on ``spark.sql.python.filterPushdown.enabled``)::
 
     df.write.format("kstore").option("dataset_uuid", "sales").option("partition_on", "day") \\
         .option("secondary_indices", "location").mode("overwrite").save("/data/store")
@@ -10,13 +13,26 @@ Register it once per session with :func:`kstore.spark.register` (which also turn
 
 Write options: ``dataset_uuid`` (required), ``partition_on`` and ``secondary_indices``
 (comma-separated), ``write_mode`` (``error`` / ``append`` / ``overwrite`` /
-``overwrite_partitions``; default: Spark's ``overwrite`` or ``append``, which creates a
-missing dataset), ``schema_mode`` (``strict`` / ``merge``), ``table``, ``metadata``
+``overwrite_partitions`` / ``ignore``; default: Spark's ``overwrite`` or ``append``, which
+creates a missing dataset), ``partitionOverwriteMode`` (``dynamic`` with
+``mode("overwrite")``: ``overwrite_partitions``), ``replaceWhere`` (with
+``mode("overwrite")``: partition-column ``=`` / ``IN`` conditions joined by ``AND``; the
+partitions they select are replaced, and rows outside them fail the write, as in Delta),
+``schema_mode`` (``strict`` / ``merge``; Spark's ``mergeSchema=true`` is ``merge``),
+``table``, ``metadata``
 (JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``, and the
 file encoding (:class:`kstore.WriteOptions`): ``compression``, ``compression_level``,
 ``row_group_size``, ``data_page_size``, ``write_page_index`` (``true``/``false``),
 ``bloom_filters``, ``use_dictionary`` (``true``/``false`` or columns) and ``sort_by``
 (comma-separated columns: rows sorted inside every file).
+
+Spark 4.3 refuses, before kstore runs, what a Python data source cannot take: a bare
+``.save()`` and ``mode("ignore")`` (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``: use
+``mode("append")``, with ``option("write_mode", "error")`` or ``"ignore"`` for those
+semantics) and ``.partitionBy`` ("partitioning ... do not match": use
+``option("partition_on", ...)``). The writer sees only its options and the overwrite
+flag, in a Python worker without a SparkSession: the session setting
+``spark.sql.sources.partitionOverwriteMode`` does not reach it (pass the option).
 
 Read options: ``dataset_uuid`` (required), ``version`` or ``as_of`` (ISO timestamp;
 naive = UTC) for time travel (Delta's ``versionAsOf`` / ``timestampAsOf`` are accepted
@@ -25,7 +41,10 @@ too), ``columns`` (comma-separated), ``predicates`` (JSON DNF, ``[[["location", 
 digit), ``table``, ``partition_bytes`` and ``min_partitions`` (planned files are grouped
 into Spark input partitions as Spark groups files: at most ``partition_bytes``, default 128
 MiB, and spread over at least ``min_partitions`` tasks when there are enough files;
-default: the driver's CPU count). Any other option raises
+default: the driver's CPU count). Spark 4.3 does not tell a Python data source which columns a
+query uses (its scan builder takes filters only), so ``.select`` after ``load()`` still
+reads every column: pass ``columns`` (or a ``.schema(...)`` naming the columns) to read
+fewer. Any other option raises
 :class:`~kstore.errors.InvalidArgumentError` listing the valid ones, on reads and writes: a
 misspelt ``version`` must not silently read the latest data.
 
@@ -87,9 +106,12 @@ from kstore.spark.writer import (
     DEFAULT_CHUNK_BYTES,
     WriteJob,
     WriteMode,
+    check_in_scope,
     cleanup_files,
     commit_files,
+    parse_replace_where,
     prepare_write,
+    spark_store_factory,
     write_batches,
 )
 
@@ -159,8 +181,9 @@ class KstoreWriter(DataSourceArrowWriter):
     """Executors write files (``write``); the driver commits once (``commit``) or deletes
     what the successful tasks wrote (``abort``)."""
 
-    def __init__(self, job: WriteJob) -> None:
+    def __init__(self, job: WriteJob, replace_where: tuple[str, tuple[dict[str, Any], ...]] | None = None) -> None:
         self.job = job
+        self.replace_where = replace_where  # (condition, its delete scopes): the new rows must match it
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KstoreCommitMessage:
         files = [f for chunk in write_batches(self.job, iterator) for f in chunk]
@@ -168,6 +191,12 @@ class KstoreWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
+        if self.replace_where is not None:
+            try:
+                check_in_scope(self.job, files, self.replace_where[1], self.replace_where[0])
+            except BaseException:
+                cleanup_files(self.job.store(), files)
+                raise
         commit_files(self.job, files)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -221,32 +250,132 @@ class KstoreDataSource(DataSource):
             source = replace(source, spark_schema=schema)
         return self._reader_cls(source)
 
-    def writer(self, schema: StructType, overwrite: bool) -> KstoreWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         opts = check_options(self.options, WRITE_OPTIONS, "write")
         path, uuid = store_and_dataset(opts, "save")
-        mode = opts.get("write_mode") or ("overwrite" if overwrite else "append")
+        store = decode_store(path)
         metadata = None
         if opts.get("metadata"):
             try:
                 metadata = json.loads(opts["metadata"])
             except ValueError as exc:
                 raise InvalidArgumentError(f"option metadata must be a JSON object, got {opts['metadata']!r}") from exc
+        mode, scopes = _write_mode(opts, overwrite, store, uuid)
+        if mode == "ignore":
+            return _IgnoreWriter()
         job = prepare_write(
-            decode_store(path),
+            store,
             uuid,
             schema,
-            mode=cast(WriteMode, mode),  # checked by prepare_write (a closed choice)
+            mode=mode,
             partition_on=opts.get("partition_on"),
             secondary_indices=opts.get("secondary_indices"),
+            delete_scope=scopes,
             metadata=metadata,
             metadata_format=cast(MetadataFormat | None, opts.get("metadata_format") or None),
             table_name=opts.get("table") or DEFAULT_TABLE,
-            schema_mode=cast(Literal["strict", "merge"], opts.get("schema_mode") or "strict"),
+            schema_mode=_schema_mode(opts),
             txn=_txn(opts.get("txn")),
             chunk_bytes=int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
             write_options=WriteOptions.from_text(opts),
         )
+        condition = opts.get("replaceWhere")
+        if condition:
+            scope_list = parse_replace_where(condition)
+            check_in_scope(job, [], scope_list, condition)  # partition columns, literal types: before writing
+            return KstoreWriter(job, (condition, tuple(scope_list)))
         return KstoreWriter(job)
+
+
+_WRITE_MODES = ("error", "append", "overwrite", "overwrite_partitions", "ignore")
+
+
+def _schema_mode(opts: dict[str, str]) -> Literal["strict", "merge"]:
+    """``schema_mode``, or Spark's ``mergeSchema`` (``true`` -> ``merge``); both must agree."""
+    mode = (opts.get("schema_mode") or "").strip().lower() or None
+    merge = opts.get("mergeSchema")
+    if merge is not None:
+        flag = merge.strip().lower()
+        if flag not in ("true", "false"):
+            raise InvalidArgumentError(f"option mergeSchema must be 'true' or 'false', got {merge!r}")
+        implied = "merge" if flag == "true" else "strict"
+        if mode is not None and mode != implied:
+            raise InvalidArgumentError(
+                f"options mergeSchema={merge!r} and schema_mode={opts['schema_mode']!r} disagree; pass one of them"
+            )
+        mode = implied
+    return cast(Literal["strict", "merge"], mode or "strict")  # checked by prepare_write (a closed choice)
+
+
+def _write_mode(opts: dict[str, str], overwrite: bool, store: Any, uuid: str,
+                ) -> tuple[WriteMode | Literal["ignore"], list[dict[str, Any]] | None]:
+    """The kstore write mode (and delete scope) of a data source write.
+
+    ``write_mode`` wins when given (``ignore``: nothing is written when the dataset
+    exists). Otherwise Spark's mode decides: ``append`` (creates a missing dataset) or
+    ``overwrite``; with ``overwrite``, ``partitionOverwriteMode=dynamic`` replaces only the
+    partitions the data holds and ``replaceWhere`` those the condition selects.
+    """
+    from kstore.blocks.load import load_latest
+    from kstore.io.store import open_store
+
+    explicit = (opts.get("write_mode") or "").strip().lower() or None
+    dynamic_opt = opts.get("partitionOverwriteMode")
+    dynamic = None if dynamic_opt is None else dynamic_opt.strip().lower()
+    if dynamic not in (None, "static", "dynamic"):
+        raise InvalidArgumentError(f"option partitionOverwriteMode must be 'static' or 'dynamic', got {dynamic_opt!r}")
+    condition = opts.get("replaceWhere")
+    if explicit is not None:
+        if explicit not in _WRITE_MODES:
+            raise InvalidArgumentError(f"option write_mode must be one of {', '.join(_WRITE_MODES)}, got {explicit!r}")
+        if condition or dynamic == "dynamic":
+            given = "replaceWhere" if condition else "partitionOverwriteMode=dynamic"
+            raise InvalidArgumentError(f"options write_mode and {given} both choose the write mode; pass one of them")
+        if explicit == "ignore":
+            meta, _ = load_latest(open_store(spark_store_factory(store)), uuid, missing_store_ok=True)
+            return ("ignore", None) if meta is not None else ("error", None)
+        return cast(WriteMode, explicit), None
+    if condition:
+        if not overwrite:
+            raise InvalidArgumentError("option replaceWhere replaces data: use it with .mode('overwrite')")
+        if dynamic == "dynamic":
+            raise InvalidArgumentError("pass option replaceWhere or partitionOverwriteMode=dynamic, not both")
+        scopes = parse_replace_where(condition)
+        meta, _ = load_latest(open_store(spark_store_factory(store)), uuid, missing_store_ok=True)
+        if meta is None:
+            return "error", None  # a new dataset: the rows must still match (checked on commit)
+        bad = sorted({c for scope in scopes for c in scope if c not in meta.partition_keys})
+        if bad:
+            raise InvalidArgumentError(
+                f"option replaceWhere {condition!r}: {bad} are not partition columns of dataset {uuid!r} "
+                f"(partition columns: {list(meta.partition_keys)})"
+            )
+        return "append", scopes
+    if not overwrite:
+        return "append", None
+    if dynamic == "dynamic":
+        if opts.get("partition_on"):
+            return "overwrite_partitions", None
+        meta, _ = load_latest(open_store(spark_store_factory(store)), uuid, missing_store_ok=True)
+        if meta is not None and meta.partition_keys:
+            return "overwrite_partitions", None
+        # as Spark's dynamic overwrite of an unpartitioned table: the whole dataset is replaced
+    return "overwrite", None
+
+
+class _IgnoreWriter(DataSourceArrowWriter):
+    """``write_mode=ignore`` on an existing dataset: the rows are dropped, nothing is committed."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return KstoreCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
 
 
 class KstoreDataSourceNoPushdown(KstoreDataSource):

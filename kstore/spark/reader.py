@@ -69,7 +69,9 @@ WRITE_OPTIONS = ("path", "store", "dataset_uuid", "partition_on", "secondary_ind
                  "table", "metadata", "metadata_format", "txn", "chunk_bytes",
                  # kstore.core.writer_options.WriteOptions fields
                  "compression", "compression_level", "row_group_size", "data_page_size", "write_page_index",
-                 "bloom_filters", "use_dictionary", "sort_by")
+                 "bloom_filters", "use_dictionary", "sort_by",
+                 # Spark's and Delta's names (``mergeSchema`` -> ``schema_mode=merge``, ...)
+                 "mergeSchema", "partitionOverwriteMode", "replaceWhere")
 #: Delta Lake's time-travel option names, accepted as aliases (Spark lower-cases option names).
 OPTION_ALIASES = {"versionasof": "version", "timestampasof": "as_of"}
 #: PySpark builds a pushed decimal literal in Python's default 28-digit context, so a literal
@@ -172,15 +174,18 @@ def check_options(options: Mapping[str, str], known: Sequence[str], verb: str) -
     import difflib
 
     out: dict[str, str] = {}
+    canonical = {k.lower(): k for k in known}  # Spark lower-cases option names
     for key, value in options.items():
-        name = OPTION_ALIASES.get(key.lower(), key.lower()) if verb == "read" else key.lower()
+        lowered = OPTION_ALIASES.get(key.lower(), key.lower()) if verb == "read" else key.lower()
+        name = canonical.get(lowered, lowered)
         if name not in known:
-            close = difflib.get_close_matches(name, list(known) + list(OPTION_ALIASES), n=1)
-            hint = f" (did you mean {OPTION_ALIASES.get(close[0], close[0])!r}?)" if close else ""
+            close = difflib.get_close_matches(lowered, list(canonical) + list(OPTION_ALIASES), n=1)
+            guess = OPTION_ALIASES.get(close[0], canonical.get(close[0], close[0])) if close else ""
+            hint = f" (did you mean {guess!r}?)" if close else ""
             delta = " (and Delta's versionAsOf / timestampAsOf for version / as_of)" if verb == "read" else ""
             raise InvalidArgumentError(
                 f"the kstore data source has no {verb} option {key!r}{hint}; {verb} options: "
-                f"{', '.join(sorted(known))}{delta}"
+                f"{', '.join(sorted(known, key=str.lower))}{delta}"
             )
         if name in out:
             raise InvalidArgumentError(f"the kstore data source got the {verb} option {name!r} twice ({key!r})")

@@ -20,10 +20,14 @@ that fails commits nothing.
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import json
 import pickle
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -73,6 +77,8 @@ __all__ = [
     "spark_store_factory",
     "DEFAULT_CHUNK_BYTES",
     "compact",
+    "parse_replace_where",
+    "check_in_scope",
 ]
 
 WriteMode = Literal["error", "append", "overwrite", "overwrite_partitions"]
@@ -276,6 +282,142 @@ def prepare_write(
                                    else _merge_hint(core.base, core.base_schema, spark_schema))
     return WriteJob(core=replace(core, metadata=user_meta), store=factory, file_schema=file_schema,
                     schema=schema, chunk_bytes=chunk_bytes)
+
+
+_RW_TOKEN = re.compile(r"""\s*(?:
+    (?P<str>'(?:[^']|'')*'|"(?:[^"]|"")*")
+  | (?P<num>[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
+  | (?P<ident>`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<op>==|=|,|\(|\))
+  | (?P<other>\S+)
+)""", re.VERBOSE)
+
+
+def _rw_error(text: str, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"option replaceWhere {text!r}: {why}; kstore supports equality and IN conditions on partition "
+        "columns joined by AND, such as \"day = '2024-01-01' AND region IN ('eu', 'us')\" (for other "
+        "conditions, read, filter and overwrite the affected partitions with "
+        "option('partitionOverwriteMode', 'dynamic'))"
+    )
+
+
+def parse_replace_where(text: str) -> list[dict[str, Any]]:
+    """The ``replaceWhere`` option (Delta's) as kstore delete scopes (one dict per combination).
+
+    Only ``column = literal`` and ``column IN (literal, ...)`` joined by ``AND`` are
+    accepted (partition columns; checked against the dataset later); literals are quoted
+    strings, numbers, ``true`` / ``false``, ``DATE'...'`` and ``TIMESTAMP'...'``. Anything
+    else raises :class:`~kstore.errors.InvalidArgumentError`.
+
+    >>> parse_replace_where("day = '2024-01-01' and loc in (1, 2)")
+    [{'day': '2024-01-01', 'loc': 1}, {'day': '2024-01-01', 'loc': 2}]
+    >>> parse_replace_where("qty > 3")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: option replaceWhere 'qty > 3': unexpected '>' (at character 4); kstore supports equality and IN conditions on partition columns joined by AND, such as "day = '2024-01-01' AND region IN ('eu', 'us')" (for other conditions, read, filter and overwrite the affected partitions with option('partitionOverwriteMode', 'dynamic'))
+    """
+    tokens: list[tuple[str, str, int]] = []
+    pos = 0
+    while pos < len(text):
+        m = _RW_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            break
+        kind = m.lastgroup or "other"
+        tokens.append((kind, m.group(kind), m.start(kind)))
+        pos = m.end()
+    if not tokens:
+        raise _rw_error(text, "no condition")
+    i = 0
+
+    def peek() -> tuple[str, str, int]:
+        return tokens[i] if i < len(tokens) else ("end", "", len(text))
+
+    def take(kind: str, value: str | None = None) -> str:
+        nonlocal i
+        k, v, at = peek()
+        if k != kind or (value is not None and v.lower() != value):
+            raise _rw_error(text, f"unexpected {v!r} (at character {at})" if k != "end" else "unexpected end")
+        i += 1
+        return v
+
+    def literal() -> Any:
+        k, v, at = peek()
+        if k == "num":
+            take("num")
+            return int(v) if re.fullmatch(r"[-+]?\d+", v) else Decimal(v)
+        if k == "str":
+            take("str")
+            return v[1:-1].replace(v[0] * 2, v[0])
+        if k == "ident" and v.lower() in ("true", "false"):
+            take("ident")
+            return v.lower() == "true"
+        if k == "ident" and v.lower() in ("date", "timestamp"):
+            take("ident")
+            raw = take("str")
+            s = raw[1:-1]
+            if v.lower() == "date":
+                return s
+            try:
+                return dt.datetime.fromisoformat(s.strip().replace("Z", "+00:00"))
+            except ValueError as exc:
+                raise _rw_error(text, f"bad timestamp {s!r}") from exc
+        raise _rw_error(text, f"expected a literal, got {v!r} (at character {at})" if k != "end" else "unexpected end")
+
+    conditions: dict[str, list[Any]] = {}
+    while True:
+        raw = take("ident")
+        column = raw[1:-1].replace("``", "`") if raw.startswith("`") else raw
+        if column.lower() in ("and", "or", "not", "in"):
+            raise _rw_error(text, f"expected a column, got {raw!r}")
+        k, v, at = peek()
+        if k == "op" and v in ("=", "=="):
+            take("op")
+            values = [literal()]
+        elif k == "ident" and v.lower() == "in":
+            take("ident")
+            take("op", "(")
+            values = [literal()]
+            while peek()[:2] == ("op", ","):
+                take("op")
+                values.append(literal())
+            take("op", ")")
+        else:
+            raise _rw_error(text, f"unexpected {v!r} (at character {at})" if k != "end" else "unexpected end")
+        if column in conditions:
+            raise _rw_error(text, f"column {column!r} appears twice")
+        conditions[column] = list(dict.fromkeys(values))
+        if peek()[0] == "end":
+            break
+        take("ident", "and")
+    names = list(conditions)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(conditions[c] for c in names))]
+
+
+def check_in_scope(job: WriteJob, files: Sequence[WrittenFile], scopes: Sequence[Mapping[str, Any]],
+                   condition: str) -> None:
+    """Raise :class:`~kstore.errors.InvalidArgumentError` when a written file holds a partition
+    outside ``scopes`` (``replaceWhere``: the new rows must match the condition, as in Delta)."""
+    from kstore.core.types import coerce_literal, decode_partition_value
+
+    keys = job.partition_on
+    missing = [c for scope in scopes for c in scope if c not in keys]
+    if missing:
+        raise InvalidArgumentError(
+            f"option replaceWhere {condition!r}: {sorted(set(missing))} are not partition columns of dataset "
+            f"{job.dataset_uuid!r} (partition columns: {list(keys)})"
+        )
+    typed = [{c: coerce_literal(v, job.schema.field(c).type, c, job.dataset_uuid) for c, v in scope.items()}
+             for scope in scopes]
+    for f in files:
+        values, _ = naming.parse_label(f.label, keys)
+        row = {c: decode_partition_value(values[i], job.schema.field(c).type, c) for i, c in enumerate(keys)}
+        if not any(all(row[c] == v for c, v in scope.items()) for scope in typed):
+            shown = ", ".join(f"{c}={row[c]!r}" for c in keys)
+            raise InvalidArgumentError(
+                f"option replaceWhere {condition!r}: the written data has rows outside the condition "
+                f"(partition {shown}); nothing was committed. Filter the DataFrame to the condition first"
+            )
 
 
 def _chunks(batches: Iterable[pa.RecordBatch], target: pa.Schema, chunk_bytes: int) -> Iterator[pa.Table]:
