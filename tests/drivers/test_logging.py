@@ -74,7 +74,7 @@ def test_logs_never_name_credentials(s3_endpoint, caplog, level):
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket="logbucket")
     store = kstore.S3Store.from_options("s3://logbucket", {"key": "AKIDSECRETKEY", "secret": "VERYSECRETVALUE",
                                                       "endpoint_url": s3_endpoint})
-    caplog.set_level(level)
+    caplog.set_level(level, logger="kstore")
     kstore.store_dataset(store, f"d{level}", _frame(6), partition_on=["p"])
     kstore.read_dataset(store, f"d{level}")
     assert caplog.records
