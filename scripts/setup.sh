@@ -21,6 +21,10 @@ fi
 STAMP=.venv/.kstore-installed
 if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3,docs]"
+  # editable_mode=compat puts the checkout on sys.path (a .pth file), so that PySpark's data source
+  # discovery (pkgutil.iter_modules) finds pyspark_kstore and format("kstore") works in a fresh
+  # session without kstore.spark.register, as it does from an installed wheel
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3,docs]" \
+    --config-settings editable_mode=compat
   touch "$STAMP"
 fi

@@ -61,24 +61,192 @@ class Store(Protocol):
     kstore's :class:`~kstore.io.LocalStore`, :class:`~kstore.io.MemoryStore`,
     :class:`~kstore.io.s3.S3Store`, :class:`~kstore.io.kv.KVStore` and
     :class:`CountingStore` satisfy it for a type checker (``store: Store = LocalStore(p)``).
+
+    Attributes
+    ----------
+    url : str or None
+        Read-only: the URL that reopens the store (``open_store(store.url)``), or None
+        for a store no URL names (an anonymous :class:`~kstore.io.MemoryStore`).
+    atomic_create : bool
+        Optional, default True: whether ``put_if_absent`` is atomic across processes.
+
+    Examples
+    --------
+    >>> from kstore.io.memory import MemoryStore
+    >>> store: Store = MemoryStore()
+    >>> isinstance(store, Store), store.url
+    (True, None)
+    >>> isinstance(open_store("memory://store-protocol-doc"), Store)
+    True
     """
 
     @property
     def url(self) -> str | None: ...
 
-    def get(self, key: str) -> bytes: ...
+    def get(self, key: str) -> bytes:
+        """The bytes stored under ``key``.
 
-    def put(self, key: str, data: bytes) -> None: ...
+        Parameters
+        ----------
+        key
+            A ``/``-separated relative key (validated: no ``..``, empty or absolute parts).
 
-    def put_if_absent(self, key: str, data: bytes) -> bool: ...
+        Returns
+        -------
+        bytes
+            The value.
 
-    def delete(self, key: str) -> None: ...
+        Raises
+        ------
+        KeyNotFoundError
+            ``key`` does not exist.
 
-    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]: ...
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put("a/b", b"1"); store.get("a/b")
+        b'1'
+        """
+        ...
 
-    def exists(self, key: str) -> bool: ...
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``data`` under ``key``, replacing any value, atomically (readers see the old
+        bytes or the new, never a part).
 
-    def open(self, key: str) -> BinaryIO: ...
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put("k", b"old"); store.put("k", b"new"); store.get("k")
+        b'new'
+        """
+        ...
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` unless it exists, atomically (commits rely on it).
+
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Returns
+        -------
+        bool
+            True if this call created the key; False (and nothing written) if it existed.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put_if_absent("k", b"1"), store.put_if_absent("k", b"2"), store.get("k")
+        (True, False, b'1')
+        """
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put("k", b"1"); store.delete("k"); store.delete("k"); store.exists("k")
+        False
+        """
+        ...
+
+    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """The keys that start with ``prefix`` (a plain string prefix; no order promised).
+
+        Parameters
+        ----------
+        prefix
+            ``""`` lists every key; ``"ds/"`` the keys below ``ds``; ``"ds"`` also ``ds2/...``.
+        start_after
+            Only keys that sort after this full key (S3's ``StartAfter``).
+
+        Returns
+        -------
+        Iterator[str]
+            The full keys.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> for k in ("d/1", "d/2", "d2/1"): store.put(k, b"")
+        >>> sorted(store.iter_prefix("d/")), sorted(store.iter_prefix("d", start_after="d/1"))
+        (['d/1', 'd/2'], ['d/2', 'd2/1'])
+        """
+        ...
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` exists.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        bool
+            True if :meth:`get` would find it.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put("k", b"1"); store.exists("k"), store.exists("other")
+        (True, False)
+        """
+        ...
+
+    def open(self, key: str) -> BinaryIO:
+        """A seekable binary file over the value of ``key``, for range reads (pyarrow reads
+        Parquet footers and column chunks through it). The caller closes it.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        BinaryIO
+            A readable, seekable file.
+
+        Raises
+        ------
+        KeyNotFoundError
+            ``key`` does not exist.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.put("k", b"0123456789")
+        >>> with store.open("k") as fh:
+        ...     _ = fh.seek(7); fh.read()
+        b'789'
+        """
+        ...
 
 
 def delete_many(store: Store, keys: Iterable[str]) -> None:
@@ -172,6 +340,10 @@ def _is_kv_store(obj: Any) -> bool:
     return all(hasattr(obj, m) for m in ("get", "put", "delete", "iter_keys", "keys"))
 
 
+#: URL schemes served by :class:`kstore.io.objstore.ObjectStore` (obstore).
+_OBJSTORE_PREFIXES = ("gs://", "abfs://", "abfss://", "az://", "azure://")
+
+
 def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Store:
     from kstore.io.local import LocalStore
     from kstore.io.memory import MemoryStore
@@ -179,9 +351,10 @@ def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Sto
 
     if "\x00" in url:
         raise InvalidArgumentError(f"store URL or path {redact_url(url)!r} contains a NUL byte")
-    if storage_options and not url.startswith("s3://"):
+    if storage_options and not url.startswith(("s3://", *_OBJSTORE_PREFIXES)):
         raise InvalidArgumentError(
-            f"storage_options apply to s3:// URLs only, not to {redact_url(url)!r}"
+            "storage_options apply to gs://, abfs://, az:// and s3:// URLs only, not to "
+            f"{redact_url(url)!r}"
         )
     if url.startswith("memory://"):
         return MemoryStore.named(url[len("memory://") :] or "default")
@@ -194,6 +367,10 @@ def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Sto
         from kstore.io.s3 import S3Store
 
         return S3Store.from_options(url, storage_options)
+    if url.startswith(_OBJSTORE_PREFIXES):
+        from kstore.io.objstore import ObjectStore
+
+        return ObjectStore.from_url(url, storage_options)
     if "://" not in url:
         return LocalStore(url)
     try:
@@ -257,14 +434,18 @@ def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = Non
         ``"memory://name"``, ``"file:///path"`` or a plain path (``str`` or
         ``os.PathLike``), ``"s3://bucket/prefix"`` (the ``s3`` extra; also minimalkv's
         ``"s3://key:secret@host/bucket"``), kartothek-style ``"hfs://..."`` /
-        ``"hmemory://"`` and any other minimalkv URL, a kstore :class:`Store`, any
+        ``"hmemory://"`` and any other minimalkv URL, ``"gs://bucket/prefix"`` and
+        ``"abfs://container/prefix"`` (also ``abfss://``, ``az://``, ``azure://``; through
+        obstore, the ``gcs``/``azure`` extras), a kstore :class:`Store`, any
         simplekv/minimalkv store, or a factory returning one of these (so distributed
         workers can rebuild it).
     storage_options
-        S3 URLs only: credentials, endpoint and region as in pandas and deltalake,
+        S3 URLs: credentials, endpoint and region as in pandas and deltalake,
         ``{"key": ..., "secret": ..., "endpoint_url": ...}`` or ``{"AWS_ACCESS_KEY_ID": ...,
         "AWS_SECRET_ACCESS_KEY": ..., "AWS_ENDPOINT_URL": ..., "AWS_REGION": ...}``
-        (:data:`kstore.io.s3.STORAGE_OPTION_KEYS`).
+        (:data:`kstore.io.s3.STORAGE_OPTION_KEYS`). ``gs://`` and ``abfs://``/``az://``
+        URLs: obstore's configuration keys, e.g. ``{"account_name": ..., "account_key":
+        ...}`` or ``{"service_account_key": ...}`` (see :mod:`kstore.io.objstore`).
 
     Returns
     -------
@@ -277,7 +458,7 @@ def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = Non
     StoreError
         The object is not a store, or the URL cannot be opened.
     InvalidArgumentError
-        ``storage_options`` given for anything but an ``s3://`` URL.
+        ``storage_options`` given for anything but an ``s3://``, ``gs://`` or Azure URL.
 
     Examples
     --------
@@ -298,7 +479,8 @@ def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = Non
         return _from_url(path, storage_options)
     if storage_options:
         raise InvalidArgumentError(
-            f"storage_options apply to s3:// URLs only, not to a {type(store).__name__}"
+            "storage_options apply to gs://, abfs://, az:// and s3:// URLs only, not to a "
+            f"{type(store).__name__}"
         )
     if isinstance(store, Store) and hasattr(store, "put_if_absent"):
         return store
@@ -380,13 +562,34 @@ class _ObjFactory:
 class CountingStore:
     """Wrap a store and count calls per method (``calls['get']`` ...), thread-safe.
 
-    Tests use it to check call budgets ("planning costs 1 + k gets, no listing").
+    Tests use it to check call budgets ("planning costs 1 + k gets, no listing"). Every
+    method passes the call on to the wrapped store unchanged, after counting it.
 
+    Parameters
+    ----------
+    inner
+        The store to wrap (anything :func:`open_store` accepts).
+
+    Attributes
+    ----------
+    inner : Store
+        The wrapped store.
+    calls : collections.Counter
+        Calls per method name (``"get"``, ``"put"``, ``"iter_prefix"``, ...).
+    keys : list[tuple[str, str]]
+        ``(method, key)`` of every call in order (``iter_prefix`` records its prefix).
+    url : str or None
+        The wrapped store's URL.
+    atomic_create : bool
+        The wrapped store's ``atomic_create`` (default True).
+
+    Examples
+    --------
     >>> from kstore.io.memory import MemoryStore
     >>> s = CountingStore(MemoryStore())
     >>> s.put("k", b"v"); _ = s.get("k")
-    >>> dict(s.calls)
-    {'put': 1, 'get': 1}
+    >>> dict(s.calls), s.keys
+    ({'put': 1, 'get': 1}, [('put', 'k'), ('get', 'k')])
     """
 
     def __init__(self, inner: StoreLike) -> None:
@@ -406,29 +609,123 @@ class CountingStore:
             self.keys.append((method, key))
 
     def reset(self) -> None:
+        """Forget the calls counted so far (:attr:`calls` and :attr:`keys` become empty).
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.exists("k"); s.reset(); dict(s.calls), s.keys
+        False
+        ({}, [])
+        """
         with self._lock:
             self.calls.clear()
             self.keys.clear()
 
     def get(self, key: str) -> bytes:
+        """Count a ``get`` and return the wrapped store's :meth:`Store.get`.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        bytes
+            The value.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("k", b"v"); s.get("k"), s.calls["get"]
+        (b'v', 1)
+        """
         self._count("get", key)
         return self.inner.get(key)
 
     def put(self, key: str, data: bytes) -> None:
+        """Count a ``put`` and write through the wrapped store's :meth:`Store.put`.
+
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("k", b"v"); s.inner.get("k"), s.calls["put"]
+        (b'v', 1)
+        """
         self._count("put", key)
         self.inner.put(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Count a ``put_if_absent`` and return the wrapped store's :meth:`Store.put_if_absent`.
+
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Returns
+        -------
+        bool
+            True if this call created the key.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put_if_absent("k", b"1"), s.put_if_absent("k", b"2"), s.calls["put_if_absent"]
+        (True, False, 2)
+        """
         self._count("put_if_absent", key)
         return self.inner.put_if_absent(key, data)
 
     def delete(self, key: str) -> None:
+        """Count a ``delete`` and remove the key from the wrapped store (missing: no error).
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("k", b"v"); s.delete("k"); s.inner.exists("k"), s.calls["delete"]
+        (False, 1)
+        """
         self._count("delete", key)
         self.inner.delete(key)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Counted once as ``delete_many`` (and each key in :attr:`keys`); the inner store's
-        batched delete where it has one."""
+        batched delete where it has one (:func:`delete_many`).
+
+        Parameters
+        ----------
+        keys
+            The keys to delete; missing keys are not an error.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("a", b"1"); s.put("b", b"2"); s.delete_many(["a", "b", "missing"])
+        >>> sorted(s.inner.iter_prefix("")), s.calls["delete_many"], s.keys[-1]
+        ([], 1, ('delete_many', 'missing'))
+        """
         keys = list(keys)
         with self._lock:
             self.calls["delete_many"] += 1
@@ -436,13 +733,78 @@ class CountingStore:
         delete_many(self.inner, keys)
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """Count an ``iter_prefix`` (recorded with its prefix) and list through the wrapped
+        store's :meth:`Store.iter_prefix`.
+
+        Parameters
+        ----------
+        prefix
+            Keys starting with this string.
+        start_after
+            Only keys that sort after this one.
+
+        Returns
+        -------
+        Iterator[str]
+            The keys.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("d/1", b""); sorted(s.iter_prefix("d/")), s.keys[-1]
+        (['d/1'], ('iter_prefix', 'd/'))
+        """
         self._count("iter_prefix", prefix)
         return self.inner.iter_prefix(prefix, start_after)
 
     def exists(self, key: str) -> bool:
+        """Count an ``exists`` and return the wrapped store's :meth:`Store.exists`.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        bool
+            Whether the key exists.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.exists("k"), s.calls["exists"]
+        (False, 1)
+        """
         self._count("exists", key)
         return self.inner.exists(key)
 
     def open(self, key: str) -> BinaryIO:
+        """Count an ``open`` and return the wrapped store's :meth:`Store.open` (reads from the
+        file are not counted).
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        BinaryIO
+            A seekable binary file; the caller closes it.
+
+        Examples
+        --------
+        >>> from kstore.io.memory import MemoryStore
+        >>> s = CountingStore(MemoryStore())
+        >>> s.put("k", b"abc")
+        >>> with s.open("k") as fh:
+        ...     fh.read()
+        b'abc'
+        >>> s.calls["open"]
+        1
+        """
         self._count("open", key)
         return self.inner.open(key)

@@ -33,8 +33,8 @@ from kstore.io.memory import MemoryStore
 from kstore.io.s3 import S3Store
 from kstore.io.store import CountingStore, Store, open_store, store_factory
 
-BACKENDS = ["local", "memory", "kv", "hfs", "s3", "s3-prefixed"]
-ATOMIC_BACKENDS = ["local", "memory", "hfs", "s3", "s3-prefixed"]
+BACKENDS = ["local", "memory", "kv", "hfs", "s3", "s3-prefixed", "obstore-s3", "obstore-abfs"]
+ATOMIC_BACKENDS = ["local", "memory", "hfs", "s3", "s3-prefixed", "obstore-s3", "obstore-abfs"]
 
 S3_PREFIX = "some/prefix"
 #: Objects the s3-prefixed store must never see: outside its prefix, or a string-prefix
@@ -55,6 +55,8 @@ def _make_store(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Sto
         store = open_store(f"hfs://{tmp_path / 'hfs'}")
         assert isinstance(store, LocalStore)
         return store
+    if kind.startswith("obstore-"):  # kstore.io.objstore: S3 on moto, Azure on Azurite (conftest)
+        return request.getfixturevalue("make_objstore")(kind.removeprefix("obstore-"))
     endpoint = request.getfixturevalue("s3_endpoint")
     bucket = request.getfixturevalue("s3_bucket")
     client = request.getfixturevalue("s3_client")  # shared: making a client costs 0.1 s
@@ -500,7 +502,7 @@ def _assert_equivalent(original: Store, rebuilt: Store) -> None:
     assert original.get("shared/back") == b"from the copy"
 
 
-@pytest.mark.parametrize("kind", ["local", "hfs", "s3", "s3-prefixed"])
+@pytest.mark.parametrize("kind", ["local", "hfs", "s3", "s3-prefixed", "obstore-abfs"])
 def test_store_factory_pickles(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
     store = _make_store(kind, tmp_path, request)
     # a store, its URL, and an (unpicklable) lambda factory, which travels as the URL
