@@ -3,8 +3,9 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, build_indices, compact, delete_rows, history, diff,
-    garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
+    load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, history,
+    diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
+    CommitOptions,
     S3Store (``S3Store.from_options(url, storage_options)``)
 
 Types for annotations: ``Store`` (the store protocol), ``StoreLike`` (what every ``store``
@@ -19,6 +20,7 @@ from kstore.blocks.gc import GCResult
 from kstore.blocks.history import Diff, HistoryEntry
 from kstore.blocks.snapshot import Snapshot
 from kstore.core.arguments import AsOf
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.predicates import Predicates
@@ -45,6 +47,7 @@ from kstore.lifecycle import (
     delete_dataset,
     delete_rows,
     diff,
+    drop_indices,
     garbage_collect,
     history,
     upgrade_dataset,
@@ -57,6 +60,7 @@ _logging.getLogger("kstore").addHandler(_logging.NullHandler())
 __all__ = [
     "__version__",
     "AsOf",
+    "CommitOptions",
     "DatasetMetadata",
     "Diff",
     "GCResult",
@@ -75,6 +79,7 @@ __all__ = [
     "delete_dataset",
     "delete_rows",
     "diff",
+    "drop_indices",
     "garbage_collect",
     "history",
     "upgrade_dataset",

@@ -22,16 +22,12 @@ import pyarrow as pa
 
 from kstore.blocks import load
 from kstore.blocks.job import (
-    WriteJob,
-    check_schema,
-    delete_files,
     finish_write,
-    merge_worker_schemas,
     prepare_write,
+    write_files,
 )
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired
-from kstore.blocks.write import WrittenFile, iter_tables, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version
 from kstore.core.metadata import DatasetMetadata
@@ -60,46 +56,6 @@ __all__ = [
     "index_lookup",
     "write_files",
 ]
-
-
-def write_files(
-    job: WriteJob,
-    data: Any,
-) -> tuple[list[WrittenFile], pa.Schema | None]:
-    """Write every chunk of ``data`` for ``job`` (one chunk in memory at a time); no commit.
-
-    On any error the files written so far are deleted and the error re-raised. Drivers call
-    this between :func:`kstore.blocks.job.prepare_write` and
-    :func:`kstore.blocks.job.finish_write`; users call :func:`store_dataset` /
-    :func:`update_dataset` instead.
-
-    Parameters
-    ----------
-    job
-        The prepared write job (store, dataset, partitioning, indices, options).
-    data
-        A pandas DataFrame, a pyarrow Table, or an iterable of them.
-
-    Returns
-    -------
-    tuple[list[WrittenFile], pyarrow.Schema | None]
-        The records of the written files, and the merged schema of the chunks (None when
-        ``data`` held no chunk).
-    """
-    files: list[WrittenFile] = []
-    schemas = []
-    try:
-        for table in iter_tables(data, dataset=job.dataset_uuid):
-            schemas.append(check_schema(job, table))
-            merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
-            files.extend(
-                write_partitions(job.store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                 index_columns=job.index_columns, table_name=job.table_name, options=job.options)
-            )
-    except BaseException:
-        delete_files(job.store, files)
-        raise
-    return files, merge_worker_schemas(job, schemas)
 
 
 def store_dataset(

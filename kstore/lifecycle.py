@@ -14,18 +14,13 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-import numpy as np
-import pyarrow as pa
-
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow.compute as pc
 
-from kstore.blocks import load
+from kstore.blocks import load, mutate
 from kstore.blocks.commit import commit
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -39,21 +34,20 @@ from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
 from kstore.blocks.job import delete_files
-from kstore.blocks.read import index_from_store, read_task
-from kstore.blocks.write import WrittenFile, write_partitions
+from kstore.blocks.write import WrittenFile
 from kstore.core import naming, runtime
-from kstore.core.arguments import AsOf, as_bool, as_columns, as_timestamp, as_version
-from kstore.core.index import index_storage_type
+from kstore.core.arguments import AsOf, as_bool, as_columns, as_timestamp, as_txn, as_version
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
-from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import Predicates, bind, parse
-from kstore.errors import ColumnNotFoundError, CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
+from kstore.core.predicates import Predicates
+from kstore.errors import CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
 from kstore.io.store import StoreLike, open_store
 
 __all__ = [
     "compact",
     "build_indices",
+    "drop_indices",
     "delete_rows",
     "history",
     "diff",
@@ -102,30 +96,48 @@ def build_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[s
     """
     if columns is None:
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: build_indices needs columns to index")
-    cols = list(as_columns(columns, "columns"))
-    st = open_store(store)
-    base, _ = load.load_latest(st, dataset_uuid)
-    if base is None:
-        from kstore.errors import DatasetNotFoundError
+    return mutate.build_indices(open_store(store), dataset_uuid, list(as_columns(columns, "columns")),
+                                options=CommitOptions(txn=as_txn(txn)))
 
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
-    schema = load.load_schema(st, base)
-    missing = [c for c in cols if c not in schema.names]
-    if missing:
-        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: cannot index {missing}: no such column(s)")
-    cols = [c for c in cols if c not in base.partition_keys]
-    naming.check_key_columns(dataset_uuid, partition_on=(), index_columns=cols)
-    labels = list(base.partitions)
-    # kartothek's inline indices become files in this commit: check them before writing any
-    load.load_indices(st, base, [c for c in base.inline_indices if c not in cols and c not in base.partition_keys],
-                      schema)
-    prebuilt = {
-        c: (index_from_store(st, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
-        for c in cols
-    }
-    op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table,
-                   txn=_check_txn(txn))
-    return commit(st, dataset_uuid, op, prebuilt_indices=prebuilt).dataset
+
+def drop_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[str], *,
+                 txn: tuple[str, int] | None = None) -> DatasetMetadata:
+    """Drop the secondary indices of ``columns``; one commit, no data file touched.
+
+    Older versions keep their indices (time travel plans as before); the index files are
+    deleted by garbage collection once no retained version references them.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    columns
+        The indexed column(s) to drop.
+    txn
+        ``(app_id, version)``: makes the drop idempotent, as for every write.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A column has no secondary index.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://di-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p",
+    ...                          secondary_indices=["x"])
+    >>> dict(kstore.drop_indices("memory://di-doc", "d", "x").indices)
+    {}
+    """
+    return mutate.drop_indices(open_store(store), dataset_uuid, list(as_columns(columns, "columns")),
+                               options=CommitOptions(txn=as_txn(txn)))
 
 
 def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
@@ -162,65 +174,7 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
     >>> m.version, sorted(kstore.read_dataset("memory://dr-doc", "d")["x"])
     (1, [5, 7])
     """
-    from kstore.core.predicates import to_expression
-    from kstore.core.types import read_schema
-
-    st = open_store(store)
-    base, _ = load.load_latest(st, dataset_uuid)
-    if base is None:
-        from kstore.errors import DatasetNotFoundError
-
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
-    checked_txn = _check_txn(txn)
-    if checked_txn is not None and base.txns.get(checked_txn[0], -1) >= checked_txn[1]:
-        return base  # committed before: nothing to rewrite
-    schema = load.load_schema(st, base)
-    dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
-    if dnf is None:
-        raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
-    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
-    indices = load.load_indices(st, base, sec, schema)  # all of them: the commit updates every one
-    plan = _plan(base, schema, predicates, indices=indices, stats=load.load_stats(st, base))
-    expr = to_expression(dnf, read_schema(schema))
-    data_cols = [c for c in schema.names if c not in base.partition_keys]
-    files: list[WrittenFile] = []
-    remove = []
-    try:
-        for task in plan.tasks:
-            full = read_task(st, plan, replace(task, residual=None), list(schema.names))
-            hit = _mask(full, expr)
-            if not hit.any():
-                continue
-            remove.append(task.label)
-            keep = full.filter(pa.array(~hit))
-            if keep.num_rows:
-                keep = keep.select(list(base.partition_keys) + data_cols)
-                files.extend(write_partitions(st, dataset_uuid, keep, partition_on=base.partition_keys,
-                                              index_columns=sec, table_name=base.table))
-        if not remove:
-            return base
-        pred_cols = [t.column for c in dnf for t in c]
-
-        def may_match(meta: DatasetMetadata) -> set[str]:
-            """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
-            if meta.version == base.version:
-                return {t.label for t in plan.tasks}
-            s = load.load_schema(st, meta)
-            idx = load.load_indices(st, meta, pred_cols, s)
-            return {t.label for t in _plan(meta, s, predicates, indices=idx, stats=load.load_stats(st, meta)).tasks}
-
-        op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
-                       partition_on=base.partition_keys, txn=_check_txn(txn),
-                       scope_labels=frozenset(t.label for t in plan.tasks))
-        meta = commit(st, dataset_uuid, op, files=files, schema=None, scope=may_match).dataset
-    except CommitStateUnknownError:
-        raise  # committed (or may be): its files stay
-    except BaseException:
-        delete_files(st, files)  # nothing half-written
-        raise
-    if files and not meta.has_keys([f.key for f in files]):
-        delete_files(st, files)  # the transaction was committed before: these files are unused
-    return meta
+    return mutate.delete_rows(open_store(store), dataset_uuid, predicates, options=CommitOptions(txn=as_txn(txn)))
 
 
 def compact(
@@ -295,26 +249,11 @@ def compact(
     st = open_store(store)
     plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
                            partitions=partitions, predicates=predicates, write_options=write_options,
-                           sort_by=sort_by, txn=_check_txn(txn), dry_run=dry_run)
+                           sort_by=sort_by, txn=as_txn(txn), dry_run=dry_run)
     if plan.dry_run or not plan.groups:
         return plan
     files = rewrite_groups(st, plan, max_workers=max_workers, progress=progress)
     return finish_compaction(st, plan, files)[0]
-
-
-def _check_txn(txn: Any) -> tuple[str, int] | None:
-    if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
-                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)):
-        raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
-    return txn
-
-
-def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:
-    """Evaluate a filter expression to a boolean numpy mask (null -> False)."""
-    pos = table.append_column("__row", pa.array(np.arange(table.num_rows))).filter(expr).column("__row")
-    mask = np.zeros(table.num_rows, dtype=bool)
-    mask[pos.to_numpy()] = True
-    return mask
 
 
 @overload

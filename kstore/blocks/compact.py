@@ -38,11 +38,13 @@ from typing import Any
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
+from kstore.blocks.mutate import base_version
 from kstore.blocks.read import concat_tables, read_task
 from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import WrittenFile, delete_files, to_arrow, write_partitions
 from kstore.core import runtime
-from kstore.core.arguments import as_bool, as_delete_scope
+from kstore.core.arguments import as_bool, as_delete_scope, as_txn
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.planning import ReadPlan, ReadTask
@@ -53,7 +55,6 @@ from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     CorruptMetadataError,
-    DatasetNotFoundError,
     InvalidArgumentError,
     KeyNotFoundError,
 )
@@ -163,19 +164,21 @@ def plan_compaction(
     sort_by: str | Sequence[str] | None = None,
     txn: tuple[str, int] | None = None,
     dry_run: bool = False,
+    base: DatasetMetadata | None = None,
 ) -> CompactionPlan:
-    """Choose the files to merge (reads metadata and statistics only; writes nothing)."""
+    """Choose the files to merge (reads metadata and statistics only; writes nothing).
+
+    ``base``: the version to compact (a snapshot's); default the newest. The commit fails
+    with :class:`~kstore.errors.CommitConflictError` if a later version removed one of the
+    files it merges; files appended meanwhile are kept as they are.
+    """
     target = _as_size(target_file_size, "target_file_size", 1)
     min_files = _as_size(min_files, "min_files", 2)
     options = WriteOptions.of(write_options, sort_by=sort_by)
     dry_run = as_bool(dry_run, "dry_run")
-    if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
-                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)):
-        raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    txn = as_txn(txn)
     scopes = as_delete_scope(partitions, dataset_uuid) if partitions is not None else None
-    base, _ = load.load_latest(store, dataset_uuid)
-    if base is None:
-        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    base = base_version(store, dataset_uuid, base)
     if txn is not None and base.txns.get(txn[0], -1) >= txn[1]:  # committed before: nothing to do
         return CompactionPlan(dataset_uuid=dataset_uuid, version=base.version, target_file_size=target, groups=(),
                               txn=txn, dry_run=dry_run)
@@ -324,16 +327,26 @@ def rewrite_group(store: Store, plan: CompactionPlan, group: CompactionGroup, *,
 
 
 def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[WrittenFile],
-                      on_claimed: Callable[[], Any] | None = None) -> tuple[CompactionPlan, DatasetMetadata]:
+                      on_claimed: Callable[[], Any] | None = None,
+                      options: CommitOptions | None = None) -> tuple[CompactionPlan, DatasetMetadata]:
     """The ONE commit: remove exactly the compacted files, add ``files``. On failure before
-    the claim the new files are deleted; after :class:`CommitStateUnknownError` nothing is."""
+    the claim the new files are deleted; after :class:`CommitStateUnknownError` nothing is.
+
+    ``options``: user metadata, commit info (merged into the compaction's counts) and
+    attempts; the transaction is the plan's.
+    """
     files = list(files)
+    options = options or CommitOptions()
     remove = tuple(sorted(lab for g in plan.groups for lab in g.labels))
+    info = {"files_in": len(remove), "files_out": len(files), "bytes_in": plan.bytes_in, **(options.info or {})}
+    # the indices of the newest version are kept by the commit (none is asked for here: an
+    # index dropped meanwhile must not come back)
     op = Operation(kind="compaction", remove=remove, read_version=plan.version, partition_on=plan.partition_on,
-                   index_columns=plan.index_columns, table=plan.table, txn=plan.txn,
-                   info={"files_in": len(remove), "files_out": len(files), "bytes_in": plan.bytes_in})
+                   table=plan.table, txn=plan.txn, info=info,
+                   metadata=None if options.metadata is None else dict(options.metadata))
     try:
-        meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed).dataset
+        meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
+                      max_attempts=options.max_attempts).dataset
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay
     except BaseException:

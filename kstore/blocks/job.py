@@ -37,9 +37,10 @@ from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.load import Head
 from kstore.blocks.scope import resolve_scope, scope_from_files
-from kstore.blocks.write import WrittenFile, delete_files, table_schema, to_arrow
+from kstore.blocks.write import WrittenFile, delete_files, iter_tables, table_schema, to_arrow, write_partitions
 from kstore.core import naming, serialize
-from kstore.core.arguments import as_choice, as_columns, as_delete_scope
+from kstore.core.arguments import as_choice, as_columns, as_delete_scope, as_txn
+from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation, OperationKind
@@ -56,7 +57,7 @@ from kstore.io.store import Store
 log = logging.getLogger("kstore.write")
 
 __all__ = ["WriteMode", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
-           "delete_files", "as_columns"]
+           "delete_files", "as_columns", "write_files"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 _MODES: tuple[WriteMode, ...] = ("error", "overwrite", "append", "overwrite_partitions")
@@ -83,6 +84,12 @@ class WriteJob:
     head: Head | None = None
     #: how workers encode the data files (validated on the client)
     options: WriteOptions = DEFAULT_OPTIONS
+    #: the secondary indices the user asked for (``index_columns`` adds the dataset's own):
+    #: the commit keeps the indices the newest version has and adds only these
+    requested_indices: tuple[str, ...] = ()
+    #: recorded in the log entry (``history()`` shows it)
+    info: Mapping[str, Any] | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
 
     @property
     def creates(self) -> bool:
@@ -119,6 +126,9 @@ def prepare_write(
     must_exist: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    base: DatasetMetadata | None = None,
+    info: Mapping[str, Any] | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> WriteJob:
     """Validate a write and load what it builds on (client side, before any file is written).
 
@@ -127,6 +137,12 @@ def prepare_write(
     data touches. Appending to a missing dataset creates it unless ``must_exist``.
     ``write_options`` (:class:`~kstore.core.writer_options.WriteOptions` or a dict of its
     fields) and ``sort_by`` say how the files are encoded; they are validated here.
+
+    ``base`` (a committed version of this dataset, e.g. a snapshot's metadata) makes the
+    write build on that version instead of the newest: partitions an overwrite or delete
+    scope removes are resolved there, and the commit fails with
+    :class:`~kstore.errors.CommitConflictError` if a version committed after it removed
+    them or added files inside the scope (appends commute).
     """
     options = WriteOptions.of(write_options, sort_by=sort_by)
     naming.validate_name(dataset_uuid)
@@ -137,16 +153,22 @@ def prepare_write(
         as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
-    if txn is not None and not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str)
-                                and isinstance(txn[1], int) and not isinstance(txn[1], bool)
-                                and 0 <= txn[1] < 2**63):
-        raise InvalidArgumentError(f"txn must be a tuple (app_id: str, version: int), got {txn!r}")
+    txn = as_txn(txn)
     scopes = as_delete_scope(delete_scope, dataset_uuid)
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")
     naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
-    head = load.load_head(store, dataset_uuid, missing_store_ok=True)  # a first write creates the store
-    base, base_format = head.meta, head.fmt
+    head: Head | None = None
+    base_format: MetadataFormat | None
+    if base is not None:
+        if base.uuid != dataset_uuid:
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: the base version belongs to dataset {base.uuid!r}")
+        if mode not in ("append", "overwrite_partitions"):
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode={mode!r} does not build on a version")
+        base_format = "msgpack.zstd" if base.main_format == "msgpack.zstd" else "json"
+    else:
+        head = load.load_head(store, dataset_uuid, missing_store_ok=True)  # a first write creates the store
+        base, base_format = head.meta, head.fmt
     if base is None and must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
     # the log entry is JSON, the main file JSON or msgpack: a value either cannot hold fails now
@@ -157,7 +179,8 @@ def prepare_write(
                    base_schema=None, schema_mode=schema_mode,
                    delete_scope=scopes,
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
-                   head=head, options=options)
+                   head=head, options=options, requested_indices=tuple(c for c in sec if c not in pon),
+                   info=info, max_attempts=max_attempts)
     if job.already_committed:
         assert txn is not None
         log.info("dataset %r: %s with txn %s:%d was committed before; nothing to do", dataset_uuid, mode,
@@ -187,7 +210,48 @@ def prepare_write(
     existing = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
     sec = tuple(dict.fromkeys(existing + tuple(c for c in sec if c not in base.partition_keys)))
     return replace(job, partition_on=base.partition_keys, index_columns=sec, table_name=base.table,
+                   requested_indices=tuple(c for c in job.requested_indices if c not in base.partition_keys),
                    base_schema=load.load_schema(store, base))
+
+
+def write_files(
+    job: WriteJob,
+    data: Any,
+) -> tuple[list[WrittenFile], pa.Schema | None]:
+    """Write every chunk of ``data`` for ``job`` (one chunk in memory at a time); no commit.
+
+    On any error the files written so far are deleted and the error re-raised. Drivers call
+    this between :func:`kstore.blocks.job.prepare_write` and
+    :func:`kstore.blocks.job.finish_write`; users call :func:`kstore.store_dataset` /
+    :func:`kstore.update_dataset` instead.
+
+    Parameters
+    ----------
+    job
+        The prepared write job (store, dataset, partitioning, indices, options).
+    data
+        A pandas DataFrame, a pyarrow Table, or an iterable of them.
+
+    Returns
+    -------
+    tuple[list[WrittenFile], pyarrow.Schema | None]
+        The records of the written files, and the merged schema of the chunks (None when
+        ``data`` held no chunk).
+    """
+    files: list[WrittenFile] = []
+    schemas = []
+    try:
+        for table in iter_tables(data, dataset=job.dataset_uuid):
+            schemas.append(check_schema(job, table))
+            merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
+            files.extend(
+                write_partitions(job.store, job.dataset_uuid, table, partition_on=job.partition_on,
+                                 index_columns=job.index_columns, table_name=job.table_name, options=job.options)
+            )
+    except BaseException:
+        delete_files(job.store, files)
+        raise
+    return files, merge_worker_schemas(job, schemas)
 
 
 def check_schema(job: WriteJob, sample: Any) -> pa.Schema:
@@ -227,7 +291,7 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
         if job.creates:
             op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
                            partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
-                           table=job.table_name, txn=job.txn)
+                           table=job.table_name, txn=job.txn, info=job.info)
         else:
             if job.delete_scope is not None or job.mode == "overwrite_partitions":
                 scopes = list(job.delete_scope or [])
@@ -244,10 +308,12 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
             kind: OperationKind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
                                    else "delete_scope" if remove and not files else "append")
             op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
-                           index_columns=job.index_columns, metadata=job.metadata, schema_mode=job.schema_mode,
-                           table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None)
+                           index_columns=job.requested_indices, metadata=job.metadata,
+                           schema_mode=job.schema_mode, table=job.table_name, txn=job.txn,
+                           scope_labels=frozenset(remove) if scope_fn else None, info=job.info)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head).dataset
+                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head,
+                      max_attempts=job.max_attempts).dataset
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay
     except BaseException:

@@ -29,13 +29,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from kstore.blocks import load
 from kstore.blocks.read import read_plan, to_pandas
+from kstore.core.arguments import as_columns
+from kstore.core.commit_options import CommitOptions
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
@@ -75,6 +77,23 @@ def open_snapshot(store: Store, dataset_uuid: str, *, version: int | None = None
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     """One committed version of a dataset (immutable; lazily loaded parts are cached).
+
+    Open one with :func:`kstore.open_dataset`. It reads the same rows however often it is
+    used; its typed operations (:meth:`append`, :meth:`overwrite_partitions`,
+    :meth:`delete_partitions`, :meth:`delete_rows`, :meth:`build_indices`,
+    :meth:`drop_indices`, :meth:`compact`) each commit one new version built on it and
+    return that version's snapshot.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://snap-class", "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
+    >>> snap = kstore.open_dataset("memory://snap-class", "d")
+    >>> snap
+    Snapshot(dataset='d', version=0, partitions=2, partition_keys=['p'], indices=[], store=MemoryStore(memory://snap-class, 8 keys))
+    >>> newer = snap.append(pd.DataFrame({"p": [3], "x": [3]}))
+    >>> snap.read()["x"].tolist(), newer.read()["x"].tolist()
+    ([1, 2], [1, 2, 3])
 
     Attributes
     ----------
@@ -137,14 +156,45 @@ class Snapshot:
             return self._cache.setdefault(key, value)
 
     def schema(self, table: str | None = None) -> pa.Schema:
-        """The normalized schema (of ``table``; default: the dataset's table)."""
+        """The normalized schema (of ``table``; default: the dataset's table). Cached.
+
+        Parameters
+        ----------
+        table
+            The table of a multi-table (kartothek) dataset; default: the dataset's table.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-schema", "d", pd.DataFrame({"p": [1], "x": [1.5]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-schema", "d").schema().names
+        ['p', 'x']
+        """
         return self._schema(self.store, table)
 
     def _schema(self, store: Store, table: str | None) -> pa.Schema:
         return self._cached(("schema", table), lambda: load.load_schema(store, self.metadata, table))
 
     def indices(self, columns: Sequence[str], table: str | None = None) -> dict[str, ColumnIndex]:
-        """The secondary indices of ``columns`` that exist (1 get each, cached)."""
+        """The secondary indices of ``columns`` that exist (1 get each for format-1 and
+        kartothek datasets, none for format 2; cached).
+
+        Parameters
+        ----------
+        columns
+            Column names; those without a secondary index (and partition columns) are left
+            out of the result.
+        table
+            As for :meth:`schema`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-idx", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p",
+        ...                          secondary_indices="x")
+        >>> sorted(kstore.open_dataset("memory://snap-idx", "d").indices(["x", "p"]))
+        ['x']
+        """
         return self._indices(self.store, columns, table)
 
     def _indices(self, store: Store, columns: Sequence[str], table: str | None) -> dict[str, ColumnIndex]:
@@ -161,7 +211,16 @@ class Snapshot:
 
     def stats(self) -> pa.Table | None:
         """Per-file statistics (rows, bytes, min/max/null count per column): 1 get, cached.
-        None for datasets written without them (kartothek, plateau)."""
+        None for datasets written without them (kartothek, plateau).
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-stats", "d", pd.DataFrame({"p": [1, 1, 2], "x": [5, 6, 7]}),
+        ...                          partition_on="p")
+        >>> kstore.open_dataset("memory://snap-stats", "d").stats().column("rows").to_pylist()
+        [2, 1]
+        """
         return self._stats(self.store)
 
     def _stats(self, store: Store) -> pa.Table | None:
@@ -177,12 +236,58 @@ class Snapshot:
         secondary index a predicate uses, 1 for statistics when a predicate column has no
         index (or ``stats=True``). Loaded parts are cached, so a second plan of the same
         snapshot may cost nothing.
+
+        Parameters
+        ----------
+        columns
+            The columns a read would load (default: all); checked against the schema.
+        predicates
+            DNF ``[[(column, op, value), ...], ...]`` (see :func:`kstore.read_dataset`).
+        table
+            As for :meth:`schema`.
+        stats
+            Load the per-file statistics even when no predicate needs them.
+
+        Returns
+        -------
+        ReadPlan
+            The files to read (``tasks``), the predicate, and ``store_calls``;
+            ``plan.explain()`` tells why each file was kept or pruned.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-plan", "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}),
+        ...                          partition_on="p")
+        >>> plan = kstore.open_dataset("memory://snap-plan", "d").plan(predicates=[[("p", ">=", 2)]])
+        >>> len(plan.tasks), plan.n_partitions
+        (2, 3)
         """
         return self.plan_with_stats(columns, predicates, table=table, stats=stats)[0]
 
     def plan_with_stats(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
                         table: str | None = None, stats: bool = False) -> tuple[ReadPlan, pa.Table | None]:
-        """:meth:`plan`, and the per-file statistics when the plan needed them or ``stats=True``."""
+        """:meth:`plan`, and the per-file statistics when the plan needed them or ``stats=True``.
+
+        Parameters
+        ----------
+        columns, predicates, table, stats
+            As for :meth:`plan`.
+
+        Returns
+        -------
+        tuple[ReadPlan, pyarrow.Table | None]
+            The plan, and the statistics table (None when neither the plan nor ``stats``
+            needed it, or the dataset has none).
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-pws", "d", pd.DataFrame({"x": [5, 6]}))
+        >>> plan, stats = kstore.open_dataset("memory://snap-pws", "d").plan_with_stats(stats=True)
+        >>> len(plan.tasks), stats.num_rows
+        (1, 1)
+        """
         counting = CountingStore(self.store)
         meta = self.metadata
         schema = self._schema(counting, table)
@@ -217,7 +322,24 @@ class Snapshot:
         """The matching rows of this version as an Arrow table (exact: files are pruned by
         the plan, rows filtered by the predicate). A file of this version that garbage
         collection deleted because the version expired is a
-        :class:`~kstore.errors.VersionNotFoundError`."""
+        :class:`~kstore.errors.VersionNotFoundError`.
+
+        Parameters
+        ----------
+        columns
+            The columns to load (default: all, partition columns first).
+        predicates
+            DNF filter (see :func:`kstore.read_dataset`).
+        table
+            As for :meth:`schema`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-rt", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-rt", "d").read_table(["x"], [[("x", ">", 5)]]).to_pydict()
+        {'x': [6]}
+        """
         plan = self.plan(columns, predicates, table=table)
         try:
             return read_plan(self.store, plan, columns)
@@ -229,7 +351,25 @@ class Snapshot:
     def read(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
              table: str | None = None, categoricals: Sequence[str] | None = None,
              dates_as_object: bool = False) -> Any:
-        """:meth:`read_table` as a pandas DataFrame (the dtypes :func:`kstore.read_dataset` gives)."""
+        """:meth:`read_table` as a pandas DataFrame (the dtypes :func:`kstore.read_dataset` gives).
+
+        Parameters
+        ----------
+        columns, predicates, table
+            As for :meth:`read_table`.
+        categoricals
+            Columns to return as pandas ``category``.
+        dates_as_object
+            Date columns as Python ``datetime.date`` objects instead of ``datetime64``.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-read", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-read", "d").read(predicates=[[("p", "==", 2)]])
+           p  x
+        0  2  6
+        """
         result = self.read_table(columns, predicates, table=table)
         return to_pandas(result, self.schema(table), categoricals=categoricals, dates_as_object=dates_as_object)
 
@@ -354,8 +494,259 @@ class Snapshot:
 
         return pl.scan_pyarrow_dataset(self.to_pyarrow_dataset(predicates, table=table), allow_pyarrow_filter=False)
 
+    # -- typed operations: each is one commit built on this version -------------------------
+
+    def append(self, data: Any, *, secondary_indices: str | Sequence[str] | None = None,
+               schema_mode: Literal["strict", "merge"] = "strict", write_options: Any = None,
+               sort_by: str | Sequence[str] | None = None,
+               options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Add ``data`` as new files; one commit. Returns the committed version's snapshot.
+
+        Appends commute: versions committed after this one do not conflict with it.
+
+        Parameters
+        ----------
+        data
+            A pandas DataFrame, a pyarrow Table, or an iterable of them (streamed).
+        secondary_indices
+            Columns to index in addition to the dataset's indices.
+        schema_mode
+            ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added).
+        write_options, sort_by
+            How the files are encoded (:class:`~kstore.WriteOptions`), clustering columns.
+        options
+            :class:`~kstore.CommitOptions` (or a dict): ``txn``, ``max_attempts``,
+            ``metadata``, ``info``.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-append", "d", pd.DataFrame({"p": [1], "x": [1]}), partition_on="p")
+        >>> snap = kstore.open_dataset("memory://snap-append", "d")
+        >>> new = snap.append(pd.DataFrame({"p": [2], "x": [2]}), options={"info": {"job": "load-7"}})
+        >>> new.version, new.read()["x"].tolist(), new.history()[-1].info
+        (1, [1, 2], {'job': 'load-7'})
+        """
+        return self._write(data, "append", None, secondary_indices, schema_mode, write_options, sort_by, options)
+
+    def overwrite_partitions(self, data: Any, *, schema_mode: Literal["strict", "merge"] = "strict",
+                             write_options: Any = None, sort_by: str | Sequence[str] | None = None,
+                             options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Replace every partition ``data`` has rows for with ``data``; one commit.
+
+        The partitions replaced are those of this version. If a version committed after
+        this one removed one of them or added files to them, the commit fails with
+        :class:`~kstore.errors.CommitConflictError` and nothing changes (the overwrite did
+        not see those rows); appends to other partitions commute.
+
+        Parameters
+        ----------
+        data
+            The new rows (they must carry the partition columns).
+        schema_mode, write_options, sort_by, options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-ow", "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
+        >>> snap = kstore.open_dataset("memory://snap-ow", "d")
+        >>> snap.overwrite_partitions(pd.DataFrame({"p": [2], "x": [20]})).read()["x"].tolist()
+        [1, 20]
+        """
+        return self._write(data, "overwrite_partitions", None, None, schema_mode, write_options, sort_by, options)
+
+    def delete_partitions(self, scope: Sequence[Mapping[str, Any]], *,
+                          options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Remove the partitions matching ``scope`` (``[{partition column: value}, ...]``).
+
+        Conflicts as :meth:`overwrite_partitions`: a later version that added files to a
+        matching partition, or removed one, makes it fail. A scope matching nothing
+        commits nothing and returns this snapshot.
+
+        Parameters
+        ----------
+        scope
+            ``[{partition column: value}, ...]``: a partition matching every item of one
+            dict is removed.
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-dp", "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-dp", "d").delete_partitions([{"p": 1}]).read()["x"].tolist()
+        [2]
+        """
+        return self._write(None, "append", scope, None, "strict", None, None, options)
+
+    def delete_rows(self, predicates: Any, *, options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Delete the rows matching ``predicates`` (DNF) by rewriting the files holding them.
+
+        A version committed after this one that removed an affected file, or added a file
+        the predicate may match (by partition values, indices, statistics), makes it fail
+        with :class:`~kstore.errors.CommitConflictError`. No matching row: nothing is
+        committed and this snapshot comes back.
+
+        Parameters
+        ----------
+        predicates
+            DNF ``[[(column, op, value), ...], ...]``: the rows to delete.
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-dr", "d", pd.DataFrame({"p": [1, 1], "x": [5, 6]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-dr", "d").delete_rows([[("x", "==", 6)]]).read()["x"].tolist()
+        [5]
+        """
+        from kstore.blocks import mutate
+
+        opts = CommitOptions.of(options)
+        return self._next(mutate.delete_rows(self.store, self.dataset_uuid, predicates, base=self.metadata,
+                                             options=opts))
+
+    def build_indices(self, columns: str | Sequence[str], *,
+                      options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Build secondary indices of ``columns`` over every file; files committed after this
+        version are indexed at commit time (never a conflict).
+
+        Parameters
+        ----------
+        columns
+            Column(s) to index; partition columns are indexed by their labels and skipped.
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-bi", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-bi", "d").build_indices("x").index_columns
+        ('x',)
+        """
+        from kstore.blocks import mutate
+
+        cols = list(as_columns(columns, "columns"))
+        opts = CommitOptions.of(options)
+        return self._next(mutate.build_indices(self.store, self.dataset_uuid, cols, base=self.metadata,
+                                               options=opts))
+
+    def drop_indices(self, columns: str | Sequence[str], *,
+                     options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Drop the secondary indices of ``columns`` (no data file is touched).
+
+        Parameters
+        ----------
+        columns
+            Indexed column(s); a column without an index is an
+            :class:`~kstore.errors.InvalidArgumentError`.
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-di", "d", pd.DataFrame({"p": [1], "x": [5]}), partition_on="p",
+        ...                          secondary_indices="x")
+        >>> kstore.open_dataset("memory://snap-di", "d").drop_indices("x").index_columns
+        ()
+        """
+        from kstore.blocks import mutate
+
+        cols = list(as_columns(columns, "columns"))
+        opts = CommitOptions.of(options)
+        return self._next(mutate.drop_indices(self.store, self.dataset_uuid, cols, base=self.metadata,
+                                              options=opts))
+
+    def compact(self, *, target_file_size: int | None = None, min_files: int = 2,
+                partitions: Sequence[Mapping[str, Any]] | None = None, predicates: Any = None,
+                write_options: Any = None, sort_by: str | Sequence[str] | None = None,
+                max_workers: int | None = None, progress: Any = None,
+                options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Merge this version's small files per partition (see :func:`kstore.compact`).
+
+        A later version that removed a file this merges makes it fail with
+        :class:`~kstore.errors.CommitConflictError`; files appended meanwhile are kept.
+        Nothing to merge: this snapshot comes back.
+
+        Parameters
+        ----------
+        target_file_size
+            Bytes per merged file, at most (default 128 MiB).
+        min_files
+            A partition with fewer small files than this is left alone.
+        partitions
+            ``[{partition column: value}, ...]``: compact only these partitions.
+        predicates
+            A DNF: compact only the files its plan keeps.
+        write_options, sort_by
+            How the merged files are encoded (``sort_by`` clusters them).
+        max_workers
+            Threads rewriting groups of files (default: one per CPU).
+        progress
+            ``progress(done, total)`` is called after each rewritten group.
+        options
+            As for :meth:`append` (``info`` is merged into the compaction's counts).
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-c", "d", pd.DataFrame({"x": [1]}))
+        >>> snap = kstore.open_dataset("memory://snap-c", "d")
+        >>> snap = snap.append(pd.DataFrame({"x": [2]})).append(pd.DataFrame({"x": [3]}))
+        >>> snap.num_partitions, snap.compact().num_partitions
+        (3, 1)
+        """
+        from kstore.blocks.compact import DEFAULT_TARGET_FILE_SIZE, finish_compaction, plan_compaction, rewrite_groups
+
+        opts = CommitOptions.of(options)
+        plan = plan_compaction(self.store, self.dataset_uuid, base=self.metadata,
+                               target_file_size=DEFAULT_TARGET_FILE_SIZE if target_file_size is None
+                               else target_file_size, min_files=min_files, partitions=partitions,
+                               predicates=predicates, write_options=write_options, sort_by=sort_by, txn=opts.txn)
+        if not plan.groups:
+            return self
+        files = rewrite_groups(self.store, plan, max_workers=max_workers, progress=progress)
+        return self._next(finish_compaction(self.store, plan, files, options=opts)[1])
+
+    def _write(self, data: Any, mode: Literal["append", "overwrite_partitions"],
+               scope: Sequence[Mapping[str, Any]] | None, secondary_indices: str | Sequence[str] | None,
+               schema_mode: Literal["strict", "merge"], write_options: Any, sort_by: str | Sequence[str] | None,
+               options: CommitOptions | Mapping[str, Any] | None) -> Snapshot:
+        from kstore.blocks.job import finish_write, prepare_write, write_files
+
+        opts = CommitOptions.of(options)
+        job = prepare_write(self.store, self.dataset_uuid, mode=mode, base=self.metadata, must_exist=True,
+                            secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=scope,
+                            metadata=None if opts.metadata is None else dict(opts.metadata), txn=opts.txn,
+                            write_options=write_options, sort_by=sort_by,
+                            info=None if opts.info is None else dict(opts.info), max_attempts=opts.max_attempts)
+        if job.already_committed:
+            return self
+        files, schema = write_files(job, data) if data is not None else ([], None)
+        return self._next(finish_write(job, files, schema))
+
+    def _next(self, meta: DatasetMetadata) -> Snapshot:
+        """The snapshot of a commit's result (this one when nothing was committed)."""
+        if meta is self.metadata or (meta.version is not None and meta.version == self.version):
+            return self
+        return Snapshot(store=self.store, metadata=meta)
+
     def history(self) -> list[Any]:
-        """The retained versions up to and including this one, oldest first."""
+        """The retained versions up to and including this one, oldest first.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-hist", "d", pd.DataFrame({"x": [1]}))
+        >>> _ = kstore.update_dataset("memory://snap-hist", "d", pd.DataFrame({"x": [2]}))
+        >>> [h.operation for h in kstore.open_dataset("memory://snap-hist", "d", version=0).history()]
+        ['create']
+        """
         from kstore.blocks.history import history
 
         return [h for h in history(self.store, self.dataset_uuid)

@@ -24,7 +24,8 @@ from kstore.errors import InvalidArgumentError, short_repr
 #: ISO 8601 text, or None for the newest version.
 AsOf: TypeAlias = dt.datetime | str | None
 
-__all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope"]
+__all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
+           "as_attempts"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
@@ -88,6 +89,31 @@ def as_version(value: Any, what: str = "version") -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _bad(what, "a version number (an int >= 0)", value)
+    return int(value)
+
+
+def as_txn(value: Any, what: str = "txn") -> tuple[str, int] | None:
+    """An application transaction ``(app_id, version)`` (a str and an int in [0, 2**63)) or None.
+
+    >>> as_txn(("nightly-load", 7))
+    ('nightly-load', 7)
+    >>> as_txn(["nightly-load", 7])
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: txn must be a tuple (app_id: str, version: int), got ['nightly-load', 7]
+    """
+    if value is None:
+        return None
+    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
+            and isinstance(value[1], int) and not isinstance(value[1], bool) and 0 <= value[1] < 2**63):
+        raise InvalidArgumentError(f"{what} must be a tuple (app_id: str, version: int), got {value!r}")
+    return (value[0], int(value[1]))
+
+
+def as_attempts(value: Any, what: str = "max_attempts") -> int:
+    """How many times a commit is tried (an int from 1 to 10,000)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise _bad(what, "an int from 1 to 10000", value)
     return int(value)
 
 

@@ -33,7 +33,7 @@ __all__ = ["Operation", "OperationKind", "check", "apply", "next_version", "Adde
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
-    "build_indices", "delete_rows", "compaction", "upgrade", "metadata", "vacuum", "delete",
+    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "metadata", "vacuum", "delete",
 ]
 
 

@@ -34,7 +34,7 @@ import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -85,6 +85,9 @@ class Config:
     jump_rate: float = 0.02  # chance per step that hours pass (an actor descheduled)
     retentions: tuple[timedelta, ...] = (timedelta(days=7), timedelta(seconds=2), timedelta(0))
     max_steps: int = 20_000
+    #: chance that an operation opens a snapshot first and commits as its typed operation
+    #: (built on that version: other actors may commit between the open and the commit)
+    snapshot_rate: float = 0.3
 
 
 @dataclass
@@ -274,6 +277,7 @@ class Op:
     rows: tuple[tuple[int, str, int], ...] = ()
     partition: str | None = None
     x: int | None = None
+    snapshot: bool = False  # run as a typed operation of a snapshot opened first
 
     def apply(self, before: Rows | None) -> Rows:
         base = before or frozenset()
@@ -493,6 +497,8 @@ class Simulation:
         self.sched = Scheduler(seed, self.config, self.clock, self.stats)
         self.observer = Observer(self.raw, seed, self.sched)
         self.rng = random.Random(seed * 7 + 1)
+        # its own stream: the operations each seed plans stay what they were before
+        self.snap_rng = random.Random(seed * 13 + 7)
         self.outcomes: list[Outcome] = []
         self.errors: list[str] = []
         self.gc_retentions: list[timedelta] = []
@@ -526,6 +532,8 @@ class Simulation:
                     op = Op(kind, tag)
                 else:
                     op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 3)))
+            if op.kind != "create" and self.snap_rng.random() < self.config.snapshot_rate:
+                op = replace(op, snapshot=True)
             retries = self.rng.choice([0, 0, 1, 2])  # txn retries after a failure
             ops.append((op, retries))
             self.observer.ops[tag] = op
@@ -537,12 +545,14 @@ class Simulation:
         rng = random.Random(self.seed * 11 + 5)
         ops = []
         for j in range(self.config.compactions):
-            op = Op("compact", ("c", j + 1))
+            op = Op("compact", ("c", j + 1), snapshot=self.snap_rng.random() < self.config.snapshot_rate)
             ops.append((op, rng.choice([0, 0, 1])))
             self.observer.ops[op.tag] = op
         return ops
 
     def _run_op(self, st: SimStore, op: Op) -> Any:
+        if op.snapshot:
+            return self._run_on_snapshot(st, op)
         if op.kind == "create":
             return kstore.store_dataset(st, UUID, frame(op.rows), partition_on="p", secondary_indices="x", txn=op.tag)
         if op.kind == "append":
@@ -557,6 +567,25 @@ class Simulation:
             done = kstore.compact(st, UUID, txn=op.tag)  # no store call after it returns
             return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
+
+    @staticmethod
+    def _run_on_snapshot(st: SimStore, op: Op) -> Any:
+        """The typed operation of a snapshot opened first: every store call of the open and
+        of the operation is a yield point, so other actors commit in between."""
+        snap = kstore.open_dataset(st, UUID)
+        opts = kstore.CommitOptions(txn=op.tag)
+        if op.kind == "append":
+            return snap.append(frame(op.rows), options=opts)
+        if op.kind == "overwrite":
+            return snap.overwrite_partitions(frame(op.rows), options=opts)
+        if op.kind == "delete_scope":
+            return snap.delete_partitions([{"p": op.partition}], options=opts)
+        if op.kind == "delete_rows":
+            return snap.delete_rows([[("x", "==", op.x)]], options=opts)
+        if op.kind == "compact":
+            return snap.compact(options=opts)
+        assert op.kind == "build_indices", op
+        return snap.build_indices(["x"], options=opts)
 
     def _writer(self, name: str, plan: list[tuple[Op, int]]) -> None:
         st = SimStore(self.raw, self.sched, name, self.observer)

@@ -126,16 +126,28 @@ def _no_gc_fence(mp):
     mp.setattr(gc, "commit", lambda *a, **k: Committed(None, None))
 
 
-def _no_delete_rows_conflict_scope(mp):
-    import kstore.lifecycle as life
+def _without_scope(module):
+    real = module.commit
+    return lambda st, uuid, op, **kw: real(st, uuid, op, **{k: v for k, v in kw.items() if k != "scope"})
 
-    real = life.commit
-    mp.setattr(life, "commit", lambda st, uuid, op, **kw: real(st, uuid, op, **{k: v for k, v in kw.items()
-                                                                                if k != "scope"}))
+
+def _no_delete_rows_conflict_scope(mp):
+    import kstore.blocks.mutate as mutate
+
+    mp.setattr(mutate, "commit", _without_scope(mutate))
+
+
+def _no_overwrite_conflict_scope(mp):
+    """Overwrites and delete scopes (eager, or typed operations of a stale snapshot) commit
+    without checking that no file was added inside their scope since the version they read."""
+    import kstore.blocks.job as job
+
+    mp.setattr(job, "commit", _without_scope(job))
 
 
 @pytest.mark.parametrize("breakage", [_no_orphan_check, _no_claim_confirmation, _no_gc_fence,
-                                      _no_delete_rows_conflict_scope], ids=lambda f: f.__name__.strip("_"))
+                                      _no_delete_rows_conflict_scope, _no_overwrite_conflict_scope],
+                         ids=lambda f: f.__name__.strip("_"))
 def test_the_simulation_catches_a_broken_protocol(monkeypatch, breakage):
     breakage(monkeypatch)
     with pytest.raises(Violation, match=r"seed \d+: "):
