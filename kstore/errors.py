@@ -38,7 +38,21 @@ __all__ = [
 
 
 class KstoreError(Exception):
-    """Root of every error kstore raises on purpose."""
+    """Root of every error kstore raises on purpose.
+
+    Catch it to handle every kstore failure at once; catch a subclass (or the builtin it
+    also derives from) for one kind.
+
+    Examples
+    --------
+    >>> import kstore
+    >>> from kstore.io import MemoryStore
+    >>> try:
+    ...     kstore.read_table(MemoryStore(), "missing")
+    ... except kstore.KstoreError as exc:
+    ...     print(type(exc).__name__, isinstance(exc, KeyError))
+    DatasetNotFoundError True
+    """
 
 
 class StoreError(KstoreError):

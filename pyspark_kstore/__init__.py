@@ -12,6 +12,16 @@ needs no session setting (discovery happens in a Python worker that cannot set
 ``pushFilters`` while that setting is off). ``.filter`` conditions are evaluated by Spark;
 the ``predicates`` option still prunes files. :func:`kstore.spark.register` replaces it
 in its session with the pushdown source where that is exact.
+
+Examples
+--------
+>>> from pyspark_kstore import DefaultSource
+>>> DefaultSource.name(), DefaultSource.__name__
+('kstore', 'KstoreDataSourceNoPushdown')
+
+In any new SparkSession ``spark`` (tested in ``tests/drivers/test_spark_idioms.py``)::
+
+    spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")
 """
 
 from __future__ import annotations

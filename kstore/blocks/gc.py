@@ -51,10 +51,36 @@ MIN_RETENTION: timedelta = timedelta(days=7)
 
 @dataclass(frozen=True, slots=True)
 class GCResult:
-    """What a GC run deleted (or would delete, with ``dry_run``).
+    """What a GC run deleted (or would delete, with ``dry_run``;
+    :func:`kstore.garbage_collect` returns it).
 
-    ``fence_version`` is the ``vacuum`` version committed before files were deleted (None
-    when no file was deleted).
+    Attributes
+    ----------
+    deleted_files : tuple[str, ...]
+        Keys of the files deleted (with ``dry_run``: that would be deleted).
+    expired_versions : tuple[int, ...]
+        Versions this run expired (with ``dry_run``: would expire); they can no longer be
+        read.
+    retained_versions : tuple[int, ...]
+        Versions still readable after the run.
+    dry_run : bool
+        True when nothing was changed.
+    fence_version : int or None
+        The ``vacuum`` version committed before files were deleted (None when no file was
+        deleted).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from datetime import timedelta
+    >>> from kstore.io import MemoryStore
+    >>> store = MemoryStore()
+    >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1], "x": [1]}), partition_on="p")
+    >>> _ = kstore.update_dataset(store, "d", pd.DataFrame({"p": [1], "x": [2]}), mode="overwrite_partitions")
+    >>> r = kstore.garbage_collect(store, "d", retention=timedelta(0), dry_run=True,
+    ...                            enforce_retention_duration=False)
+    >>> len(r.deleted_files), r.expired_versions, r.retained_versions, r.dry_run, r.fence_version
+    (1, (0,), (1,), True, None)
     """
 
     deleted_files: tuple[str, ...]

@@ -34,7 +34,48 @@ log_versions = load.log_versions
 
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
-    """One committed version, as its log entry records it."""
+    """One committed version, as its log entry records it (:func:`kstore.history` returns
+    them, oldest first).
+
+    Attributes
+    ----------
+    version : int
+        The version number.
+    parent : int or None
+        The newest version when the commit was made; None for the dataset's first commit.
+    timestamp : datetime
+        When the version was committed (UTC, timezone-aware).
+    operation : str
+        What committed it: ``"create"``, ``"append"``, ``"overwrite"``,
+        ``"overwrite_partitions"``, ``"delete_scope"``, ``"delete_rows"``,
+        ``"compaction"``, ``"build_indices"``, ``"drop_indices"``, ``"vacuum"``,
+        ``"upgrade"``.
+    added : tuple[str, ...]
+        Labels of the partitions the commit added.
+    removed : tuple[str, ...]
+        Labels of the partitions it removed.
+    rows_added : int
+        Rows in the added partitions.
+    writer : str
+        The writing library and its version (``"kstore 0.1.0"``); ``"?"`` when unknown.
+    txn : tuple[str, int] or None
+        The ``(app_id, version)`` application transaction the commit recorded, if any.
+    n_partitions : int
+        Partitions of the dataset after the commit.
+    info : dict[str, Any]
+        The commit's info (``CommitOptions.info``; compaction adds its file and byte counts).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from kstore.io import MemoryStore
+    >>> store = MemoryStore()
+    >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
+    >>> _ = kstore.update_dataset(store, "d", pd.DataFrame({"p": [3], "x": [3]}))
+    >>> [(h.version, h.parent, h.operation, len(h.added), h.rows_added, h.n_partitions)
+    ...  for h in kstore.history(store, "d")]
+    [(0, None, 'create', 2, 2, 2), (1, 0, 'append', 1, 1, 3)]
+    """
 
     version: int
     parent: int | None
@@ -51,7 +92,31 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True)
 class Diff:
-    """Partitions added and removed between two versions (for incremental processing)."""
+    """Partitions added and removed between two versions (for incremental processing;
+    :func:`kstore.diff` returns it).
+
+    Attributes
+    ----------
+    from_version : int
+        The older version compared.
+    to_version : int
+        The newer version compared.
+    added : tuple[str, ...]
+        Labels of partitions in ``to_version`` but not in ``from_version``, sorted.
+    removed : tuple[str, ...]
+        Labels of partitions in ``from_version`` but not in ``to_version``, sorted.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from kstore.io import MemoryStore
+    >>> store = MemoryStore()
+    >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1], "x": [1]}), partition_on="p")
+    >>> _ = kstore.update_dataset(store, "d", pd.DataFrame({"p": [1], "x": [2]}), mode="overwrite_partitions")
+    >>> d = kstore.diff(store, "d", 0, 1)
+    >>> d.from_version, d.to_version, len(d.added), len(d.removed), d.added[0].split("/")[0]
+    (0, 1, 1, 1, 'p=1')
+    """
 
     from_version: int
     to_version: int

@@ -114,7 +114,8 @@ def plan(store: str, dataset: str, where: tuple[str, ...], or_: bool, columns: s
 @as_of_option
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="Rows to print (0: all). Files are read only until this many rows are found.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output: an aligned text table, CSV with a header row, or JSON (a list of row objects).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def read(store: str, dataset: str, where: tuple[str, ...], or_: bool, columns: str | None, version: int | None,
          as_of: str | None, limit: int, fmt: str, as_json: bool) -> None:

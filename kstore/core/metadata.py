@@ -62,6 +62,8 @@ class DatasetMetadata:
     indices:
         ``column -> storage key`` of secondary index files. kartothek may store small
         indices inline; those appear in :attr:`inline_indices`.
+    inline_indices:
+        ``column -> {value: labels}`` of the indices kartothek stored inside the metadata.
     metadata:
         The user metadata dict (kartothek adds ``creation_time``).
     tables:
@@ -87,6 +89,18 @@ class DatasetMetadata:
     main_format:
         The format of the main metadata file kstore publishes for kartothek readers
         (``"json"`` or ``"msgpack.zstd"``).
+
+    Examples
+    --------
+    :func:`kstore.load_metadata` returns it; :meth:`new` builds one from scratch.
+
+    >>> import pandas as pd, kstore
+    >>> from kstore.io import MemoryStore
+    >>> store = MemoryStore()
+    >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2], "x": [3, 4]}), partition_on="p")
+    >>> meta = kstore.load_metadata(store, "d")
+    >>> meta.uuid, meta.version, meta.partition_keys, len(meta.partitions), meta.schema.names
+    ('d', 0, ('p',), 2, ['p', 'x'])
     """
 
     uuid: str
@@ -127,6 +141,37 @@ class DatasetMetadata:
         metadata: Mapping[str, Any] | None = None,
         tables: Iterable[str] = (naming.DEFAULT_TABLE,),
     ) -> DatasetMetadata:
+        """The metadata of an empty, never-committed dataset (no partitions, no version).
+
+        Parameters
+        ----------
+        uuid
+            The dataset's name (a safe key component).
+        partition_keys
+            The partition columns, in key order.
+        metadata
+            The user metadata dict (default: empty).
+        tables
+            The table names (default: the one table ``"table"``).
+
+        Returns
+        -------
+        DatasetMetadata
+            The new value.
+
+        Raises
+        ------
+        InvalidKeyError
+            ``uuid`` or a table name is not allowed.
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales", partition_keys=["day"], metadata={"owner": "me"})
+        >>> m
+        DatasetMetadata(uuid='sales', version=None, partitions=0, partition_keys=['day'], indices=[], tables=['table'])
+        >>> dict(m.metadata)
+        {'owner': 'me'}
+        """
         naming.validate_name(uuid)
         tables = tuple(tables)
         for t in tables:
@@ -139,7 +184,26 @@ class DatasetMetadata:
         )
 
     def evolve(self, **changes: Any) -> DatasetMetadata:
-        """A copy with ``changes`` applied (mappings are frozen on the way in)."""
+        """A copy with ``changes`` applied (mappings are frozen on the way in).
+
+        Parameters
+        ----------
+        **changes
+            New values of fields (``version=3``, ``metadata={...}``, ...), as for
+            :func:`dataclasses.replace`; an unknown name raises ``TypeError``.
+
+        Returns
+        -------
+        DatasetMetadata
+            The copy; ``self`` is unchanged.
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales")
+        >>> m2 = m.evolve(version=1, metadata={"owner": "me"})
+        >>> m2.version, dict(m2.metadata), m.version
+        (1, {'owner': 'me'}, None)
+        """
         for key in ("partitions", "indices", "inline_indices", "metadata", "extra", "txns"):
             if key in changes and not isinstance(changes[key], (MappingProxyType, ColumnarPartitions)):
                 changes[key] = _freeze(changes[key])
@@ -153,11 +217,52 @@ class DatasetMetadata:
         return parts.files if isinstance(parts, ColumnarPartitions) else None
 
     def with_files(self, files: FileTable) -> DatasetMetadata:
-        """A copy whose partitions are ``files`` (columnar)."""
+        """A copy whose partitions are ``files`` (columnar).
+
+        Parameters
+        ----------
+        files
+            One row per data file (:class:`~kstore.core.filetable.FileTable`); it becomes
+            :attr:`files`, and :attr:`partitions` a mapping view of it.
+
+        Returns
+        -------
+        DatasetMetadata
+            The copy (with ``explicit_partitions`` True).
+
+        Examples
+        --------
+        >>> from kstore.core.filetable import FileTable
+        >>> files = FileTable.from_partitions({"p=1/a": {"table": "sales/table/p=1/a.parquet"}})
+        >>> m = DatasetMetadata.new("sales", partition_keys=["p"]).with_files(files)
+        >>> len(m.files), dict(m.partitions["p=1/a"])
+        (1, {'table': 'sales/table/p=1/a.parquet'})
+        """
         return dataclasses.replace(self, partitions=ColumnarPartitions(files), explicit_partitions=True)
 
     def with_partitions(self, added: Mapping[str, Files], removed: Iterable[str] = ()) -> DatasetMetadata:
-        """A copy with partitions ``added`` (label -> files) and labels ``removed``."""
+        """A copy with partitions ``added`` (label -> files) and labels ``removed``.
+
+        Parameters
+        ----------
+        added
+            ``label -> {table: storage key}`` of the partitions to add (an existing label
+            is replaced).
+        removed
+            Labels to drop (unknown labels are ignored).
+
+        Returns
+        -------
+        DatasetMetadata
+            The copy (columnar when ``self`` is).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales", partition_keys=["p"]).with_partitions(
+        ...     {"p=1/a": {"table": "sales/table/p=1/a.parquet"}, "p=2/a": {"table": "sales/table/p=2/a.parquet"}})
+        >>> sorted(m.with_partitions({}, removed=["p=1/a"]).partitions)
+        ['p=2/a']
+        """
         ft = self.files
         if ft is not None:
             from kstore.core.filetable import Actions
@@ -185,6 +290,31 @@ class DatasetMetadata:
         return tuple(self.partition_keys) + tuple(c for c in sec if c not in self.partition_keys)
 
     def file_key(self, label: str, table: str | None = None) -> str:
+        """The storage key of partition ``label``'s file of ``table``.
+
+        Parameters
+        ----------
+        label
+            The partition label.
+        table
+            The table name (default: :attr:`table`, the first).
+
+        Returns
+        -------
+        str
+            The key.
+
+        Raises
+        ------
+        CorruptMetadataError
+            The partition has no file for the table (or there is no such partition).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales").with_partitions({"a": {"table": "sales/table/a.parquet"}})
+        >>> m.file_key("a")
+        'sales/table/a.parquet'
+        """
         try:
             return self.partitions[label][table or self.table]
         except KeyError as exc:
@@ -194,7 +324,25 @@ class DatasetMetadata:
             ) from exc
 
     def has_keys(self, keys: Iterable[str]) -> bool:
-        """True when any of ``keys`` is a data file of this version (vectorized for columnar state)."""
+        """True when any of ``keys`` is a data file of this version (vectorized for columnar state).
+
+        Parameters
+        ----------
+        keys
+            Storage keys.
+
+        Returns
+        -------
+        bool
+            Whether at least one of them is a partition's file (index and statistics files
+            do not count).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales").with_partitions({"a": {"table": "sales/table/a.parquet"}})
+        >>> m.has_keys(["sales/table/a.parquet", "other"]), m.has_keys(["other"])
+        (True, False)
+        """
         keys = list(keys)
         ft = self.files
         if ft is not None:
@@ -207,7 +355,19 @@ class DatasetMetadata:
         return any(k in wanted for files in self.partitions.values() for k in files.values())
 
     def referenced_keys(self) -> set[str]:
-        """Every key this version references under ``<uuid>/`` (data, index, stats files)."""
+        """Every key this version references under ``<uuid>/`` (data, index, stats files).
+
+        Returns
+        -------
+        set[str]
+            The keys (inline indices have none).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales").with_partitions({"a": {"table": "sales/table/a.parquet"}})
+        >>> sorted(m.evolve(indices={"x": "sales/indices/x/t.by-dataset-index.parquet"}).referenced_keys())
+        ['sales/indices/x/t.by-dataset-index.parquet', 'sales/table/a.parquet']
+        """
         ft = self.files
         if ft is not None:
             keys = set(ft.table.column("key").to_pylist())
@@ -222,7 +382,28 @@ class DatasetMetadata:
 
     def to_dict(self, *, partitions: bool = True) -> dict[str, Any]:
         """The on-disk dict (kartothek format version 4 + the ``kstore`` key); without the
-        ``partitions`` key when ``partitions`` is False (a checkpoint's small state)."""
+        ``partitions`` key when ``partitions`` is False (a checkpoint's small state).
+
+        Parameters
+        ----------
+        partitions
+            Include the ``partitions`` key (always left out for a dataset without
+            ``explicit_partitions``).
+
+        Returns
+        -------
+        dict
+            Plain JSON-compatible values (the schema as base64 text).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("sales").with_partitions({"a": {"table": "sales/table/a.parquet"}})
+        >>> d = m.to_dict()
+        >>> d["dataset_metadata_version"], d["partitions"], d["kstore"]["tables"]
+        (4, {'a': {'files': {'table': 'sales/table/a.parquet'}}}, ['table'])
+        >>> "partitions" in m.to_dict(partitions=False)
+        False
+        """
         out: dict[str, Any] = dict(self.extra)
         out.update(
             {
@@ -256,7 +437,37 @@ class DatasetMetadata:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], *, expected_uuid: str | None = None) -> DatasetMetadata:
-        """Parse and validate an on-disk dict; any violation is a CorruptMetadataError."""
+        """Parse and validate an on-disk dict; any violation is a CorruptMetadataError.
+
+        Parameters
+        ----------
+        raw
+            The decoded metadata file (what :meth:`to_dict` returns, or kartothek's).
+        expected_uuid
+            The dataset the file belongs to; a different ``dataset_uuid`` is an error.
+
+        Returns
+        -------
+        DatasetMetadata
+            The validated value.
+
+        Raises
+        ------
+        CorruptMetadataError
+            Wrong format version or uuid, keys outside the dataset's prefix, malformed
+            fields.
+
+        Examples
+        --------
+        >>> raw = {"dataset_metadata_version": 4, "dataset_uuid": "sales",
+        ...        "partitions": {"a": {"files": {"table": "sales/table/a.parquet"}}}}
+        >>> DatasetMetadata.from_dict(raw, expected_uuid="sales").file_key("a")
+        'sales/table/a.parquet'
+        >>> DatasetMetadata.from_dict(raw, expected_uuid="other")
+        Traceback (most recent call last):
+        ...
+        kstore.errors.CorruptMetadataError: dataset 'other': metadata names dataset_uuid 'sales'
+        """
         try:
             return cls._from_dict(raw, expected_uuid)
         except (CorruptMetadataError, LimitExceededError):

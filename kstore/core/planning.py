@@ -65,7 +65,46 @@ class Stage:
 
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
-    """The files a read opens and why; ``explain()`` says it in words."""
+    """The files a read opens and why; ``explain()`` says it in words
+    (:func:`kstore.plan_read` and :meth:`kstore.Snapshot.plan` return it).
+
+    Attributes
+    ----------
+    dataset_uuid : str
+        The dataset.
+    version : int or None
+        The version planned (None for a dataset kstore never committed).
+    table : str
+        The table read.
+    schema : pyarrow.Schema
+        The table's schema (partition columns included).
+    columns : tuple[str, ...]
+        The columns the read returns (all of the schema's when none were asked for).
+    predicates : DNF or None
+        The predicate, parsed and bound to the schema: a tuple of conjunctions of
+        ``Term(column, op, value)``; None reads every row.
+    tasks : tuple[ReadTask, ...]
+        One per file to read: label, key, partition values and the residual predicate its
+        rows must still pass.
+    n_partitions : int
+        Files of the table before pruning.
+    stages : tuple[Stage, ...]
+        The pruning steps (conjunction, kind, column, files before and after), in order.
+    store_calls : int
+        Store calls spent on loading and planning.
+    calls_detail : Mapping[str, int]
+        Those calls per store method (``{"get": 2, "iter_prefix": 1}``).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> from kstore.io import MemoryStore
+    >>> store = MemoryStore()
+    >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
+    >>> plan = kstore.plan_read(store, "d", [[("p", ">=", 2), ("x", "<", 7)]], columns=["x"])
+    >>> plan.version, plan.columns, len(plan.tasks), plan.n_partitions, plan.tasks[0].partition_values
+    (0, ('x',), 1, 3, (('p', 2),))
+    """
 
     dataset_uuid: str
     version: int | None
@@ -81,10 +120,12 @@ class ReadPlan:
 
     @property
     def partitions(self) -> tuple[str, ...]:
+        """The labels of the planned files, in task order."""
         return tuple(t.label for t in self.tasks)
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The storage keys of the planned files, in task order."""
         return tuple(t.key for t in self.tasks)
 
     def __repr__(self) -> str:
@@ -94,6 +135,27 @@ class ReadPlan:
                 f"store_calls={self.store_calls})")
 
     def explain(self) -> str:
+        """The plan in words: files before and after pruning, one line per pruning step
+        (which conjunction, partition index / secondary index / statistics, which column,
+        files before -> after), and the store calls planning cost.
+
+        Returns
+        -------
+        str
+            Lines separated by ``\\n``.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> from kstore.io import MemoryStore
+        >>> store = MemoryStore()
+        >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
+        >>> print(kstore.plan_read(store, "d", [[("p", ">=", 2), ("x", "<", 7)]]).explain())
+        dataset 'd' version 0: 3 partitions -> 1 planned
+          conjunction 1: partition index p: 3 -> 2
+          conjunction 1: statistics x: 2 -> 1
+          planning store calls: ... (get ..., iter_prefix 1)
+        """
         lines = [
             f"dataset {self.dataset_uuid!r}"
             + (f" version {self.version}" if self.version is not None else "")

@@ -81,16 +81,40 @@ def _as_names(name: str, value: Any) -> tuple[str, ...]:
 class WriteOptions:
     """How data files are encoded (immutable; build it with :meth:`of` to validate).
 
-    ``compression``: one of :data:`CODECS` (default ``snappy``). ``compression_level``:
-    codec-specific (zstd 1..22, gzip 1..9, brotli 0..11), None for the codec's default.
-    ``row_group_size``: rows per row group (None: pyarrow's default, 1 Mi rows; smaller
-    groups let statistics skip more of a clustered file). ``data_page_size``: bytes per
-    data page (None: 1 MiB). ``write_page_index``: write column and offset indexes (page
-    statistics for readers that use them: DuckDB, Spark, Trino). ``bloom_filters``: columns
-    that get a Parquet Bloom filter (only where the installed pyarrow writes them,
-    :data:`BLOOM_FILTERS_SUPPORTED`). ``use_dictionary``: dictionary-encode every column
-    (True), none (False), or only the listed ones. ``sort_by``: sort each file's rows by
-    these columns (ascending, nulls last) and record the order in the row-group metadata.
+    The constructor takes the fields as keyword arguments but does not validate them;
+    :meth:`of` does (every driver calls it on its ``write_options`` argument).
+
+    Attributes
+    ----------
+    compression : str
+        One of :data:`CODECS` (default ``snappy``).
+    compression_level : int or None
+        Codec-specific (zstd 1..22, gzip 1..9, brotli 0..11); None for the codec's default.
+    row_group_size : int or None
+        Rows per row group (None: pyarrow's default, 1 Mi rows; smaller groups let
+        statistics skip more of a clustered file).
+    data_page_size : int or None
+        Bytes per data page (None: 1 MiB).
+    write_page_index : bool
+        Write column and offset indexes (page statistics for readers that use them:
+        DuckDB, Spark, Trino).
+    bloom_filters : tuple[str, ...]
+        Columns that get a Parquet Bloom filter (only where the installed pyarrow writes
+        them, :data:`BLOOM_FILTERS_SUPPORTED`).
+    use_dictionary : bool or tuple[str, ...]
+        Dictionary-encode every column (True), none (False), or only the listed ones.
+    sort_by : tuple[str, ...]
+        Sort each file's rows by these columns (ascending, nulls last) and record the
+        order in the row-group metadata.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> opts = kstore.WriteOptions(compression="zstd", row_group_size=10_000)
+    >>> from kstore.io import MemoryStore
+    >>> _ = kstore.store_dataset(MemoryStore(), "d", pd.DataFrame({"x": [2, 1]}), write_options=opts, sort_by=["x"])
+    >>> WriteOptions().is_default, opts.is_default
+    (True, False)
     """
 
     compression: str = "snappy"
@@ -106,7 +130,35 @@ class WriteOptions:
     def of(cls, value: WriteOptions | Mapping[str, Any] | None = None, *,
            sort_by: str | Sequence[str] | None = None) -> WriteOptions:
         """Validated options from a :class:`WriteOptions`, a dict of its fields, or None
-        (the defaults); ``sort_by`` (a driver argument) overrides the value's."""
+        (the defaults); ``sort_by`` (a driver argument) overrides the value's.
+
+        Parameters
+        ----------
+        value
+            A :class:`WriteOptions`, a dict of some of its fields, or None.
+        sort_by
+            A column or list of columns; None keeps ``value``'s.
+
+        Returns
+        -------
+        WriteOptions
+            The validated options (codec names lower-cased, ``"uncompressed"`` as ``"none"``,
+            column lists as tuples).
+
+        Raises
+        ------
+        InvalidArgumentError
+            An unknown option or a value out of range; the message names the option.
+
+        Examples
+        --------
+        >>> WriteOptions.of({"compression": "ZSTD", "use_dictionary": ["a"]}, sort_by="a")
+        WriteOptions(compression='zstd', compression_level=None, row_group_size=None, data_page_size=None, write_page_index=False, bloom_filters=(), use_dictionary=('a',), sort_by=('a',))
+        >>> WriteOptions.of({"codec": "zstd"})
+        Traceback (most recent call last):
+        ...
+        kstore.errors.InvalidArgumentError: unknown write option(s) ['codec']; valid: [...]
+        """
         if value is None:
             value = {}
         if isinstance(value, WriteOptions):
@@ -163,6 +215,26 @@ class WriteOptions:
         ``true``/``false``, comma-separated column lists; absent or empty keys keep the
         default. Keys that are not write options are ignored (the caller checks them).
 
+        Parameters
+        ----------
+        options
+            Option name -> text: ints for ``compression_level``, ``row_group_size`` and
+            ``data_page_size``; ``true``/``false`` for ``write_page_index`` and
+            ``use_dictionary``; comma-separated names for ``bloom_filters``,
+            ``use_dictionary`` and ``sort_by``.
+
+        Returns
+        -------
+        WriteOptions
+            The validated options (as :meth:`of` returns them).
+
+        Raises
+        ------
+        InvalidArgumentError
+            A value that does not parse or is out of range.
+
+        Examples
+        --------
         >>> WriteOptions.from_text({"compression": "zstd", "row_group_size": "65536", "sort_by": "a, b",
         ...                         "write_page_index": "true"}).sort_by
         ('a', 'b')
@@ -186,15 +258,68 @@ class WriteOptions:
         return cls.of(raw)
 
     def with_sort_by(self, sort_by: Sequence[str]) -> WriteOptions:
+        """A copy that sorts by ``sort_by`` instead.
+
+        Parameters
+        ----------
+        sort_by
+            Column names (a list, not one string; no duplicates); empty: no sorting.
+
+        Returns
+        -------
+        WriteOptions
+            The copy; ``self`` is unchanged.
+
+        Raises
+        ------
+        InvalidArgumentError
+            ``sort_by`` is not a list of distinct column names.
+
+        Examples
+        --------
+        >>> opts = WriteOptions.of({"compression": "zstd"})
+        >>> opts.with_sort_by(["day", "id"]).sort_by, opts.sort_by
+        (('day', 'id'), ())
+        """
         return replace(self, sort_by=_as_names("sort_by", sort_by))
 
     @property
     def is_default(self) -> bool:
+        """True when every field has its default value."""
         return self == DEFAULT_OPTIONS
 
     def check_columns(self, schema: pa.Schema, partition_on: Sequence[str], *, dataset: str) -> None:
         """Refuse options naming columns the data lacks, partition columns (not in the
-        files), or columns that cannot be sorted / filtered."""
+        files), or columns that cannot be sorted / filtered.
+
+        Parameters
+        ----------
+        schema
+            The schema of the data to write (partition columns included).
+        partition_on
+            The partition columns (they are not stored in the files).
+        dataset
+            The dataset's name, for the messages.
+
+        Raises
+        ------
+        ColumnNotFoundError
+            ``sort_by``, ``bloom_filters`` or ``use_dictionary`` names a column not in ``schema``.
+        InvalidArgumentError
+            They name a partition column.
+        UnsupportedTypeError
+            ``sort_by`` or ``bloom_filters`` names a nested column (list, struct, map).
+
+        Examples
+        --------
+        >>> import pyarrow as pa
+        >>> schema = pa.schema([("day", pa.string()), ("x", pa.int64())])
+        >>> WriteOptions.of(sort_by=["x"]).check_columns(schema, ["day"], dataset="d")  # fine
+        >>> WriteOptions.of(sort_by=["day"]).check_columns(schema, ["day"], dataset="d")
+        Traceback (most recent call last):
+        ...
+        kstore.errors.InvalidArgumentError: dataset 'd': write option 'sort_by' names partition column(s) ['day'], which are not stored in the files
+        """
         names = set(schema.names)
         for option, cols in (("sort_by", self.sort_by), ("bloom_filters", self.bloom_filters),
                              ("use_dictionary", self.use_dictionary if isinstance(self.use_dictionary, tuple) else ())):
@@ -214,7 +339,21 @@ class WriteOptions:
                                            f"{t}, which cannot be sorted or filtered")
 
     def parquet_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``pq.write_table`` / ``pq.ParquetWriter`` (sorting aside)."""
+        """Keyword arguments for ``pq.write_table`` / ``pq.ParquetWriter`` (sorting aside).
+
+        Returns
+        -------
+        dict[str, Any]
+            Always ``compression``, ``write_statistics`` (True) and ``use_dictionary``; the
+            other options only when they differ from pyarrow's defaults.
+
+        Examples
+        --------
+        >>> WriteOptions().parquet_kwargs()
+        {'compression': 'snappy', 'write_statistics': True, 'use_dictionary': True}
+        >>> WriteOptions.of({"compression": "zstd", "compression_level": 5, "row_group_size": 1000}).parquet_kwargs()
+        {'compression': 'zstd', 'write_statistics': True, 'use_dictionary': True, 'compression_level': 5, 'row_group_size': 1000}
+        """
         kw: dict[str, Any] = {"compression": self.compression, "write_statistics": True,
                               "use_dictionary": list(self.use_dictionary) if isinstance(self.use_dictionary, tuple)
                               else self.use_dictionary}

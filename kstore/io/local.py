@@ -101,7 +101,30 @@ class LocalStore:
     def file_path(self, key: str) -> str:
         """The local file of ``key`` (validated like :meth:`open`: no escape from the root,
         no symbolic link on the way; the file need not exist). Readers that scan many
-        files with ``pyarrow.fs.LocalFileSystem`` at once use it instead of :meth:`open`."""
+        files with ``pyarrow.fs.LocalFileSystem`` at once use it instead of :meth:`open`.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        str
+            The absolute path of the key's file below :attr:`root`.
+
+        Raises
+        ------
+        StoreError
+            The key is, or lies below, a symbolic link.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.file_path("a/b.parquet") == os.path.join(store.root, "a", "b.parquet")
+        True
+        """
         return self._path(key)
 
     def _missing(self, key: str) -> KeyNotFoundError:
@@ -130,6 +153,33 @@ class LocalStore:
         return tmp
 
     def get(self, key: str) -> bytes:
+        """The bytes of the key's file.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        bytes
+            The file's content.
+
+        Raises
+        ------
+        KeyNotFoundError
+            No such file (also when the root does not exist, or the name is too long for
+            the file system).
+        StoreError
+            The key is, or lies below, a symbolic link.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put("a/b", b"1"); store.get("a/b")
+        b'1'
+        """
         with self._open(key) as fh:
             return fh.read()
 
@@ -161,6 +211,31 @@ class LocalStore:
         raise StoreError(f"could not create {path!r}: its directory kept disappearing") from last
 
     def put(self, key: str, data: bytes) -> None:
+        """Write the key's file atomically: a temporary file renamed into place (creating
+        the root and directories as needed), so readers see the old bytes or the new.
+
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Raises
+        ------
+        LimitExceededError
+            The key is too long for the file system.
+        StoreError
+            The key is, or lies below, a symbolic link, or a directory on its way is a file.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put("a/b", b"old"); store.put("a/b", b"new")
+        >>> store.get("a/b"), os.path.isfile(os.path.join(store.root, "a", "b"))
+        (b'new', True)
+        """
         path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
@@ -176,6 +251,34 @@ class LocalStore:
             raise
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the key's file unless it exists, atomically across processes: the
+        finished temporary file is hard-linked to the key, which fails if the key exists
+        (on file systems without hard links: an exclusive create).
+
+        Parameters
+        ----------
+        key
+            The key.
+        data
+            The bytes to store.
+
+        Returns
+        -------
+        bool
+            True if this call created the file; False (nothing written) if it existed.
+
+        Raises
+        ------
+        LimitExceededError
+            The key is too long for the file system.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put_if_absent("k", b"1"), store.put_if_absent("k", b"2"), store.get("k")
+        (True, False, b'1')
+        """
         path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
@@ -203,7 +306,32 @@ class LocalStore:
 
     def remove_temporary(self, dataset_uuid: str, older_than: float) -> list[str]:
         """Delete temporary files of interrupted puts to ``dataset_uuid``'s keys whose
-        modification time is before ``older_than`` (epoch seconds); returns their names."""
+        modification time is before ``older_than`` (epoch seconds); returns their names.
+
+        Garbage collection calls it; puts in flight write newer temporary files.
+
+        Parameters
+        ----------
+        dataset_uuid
+            The dataset whose keys the temporary files were meant for (the first key
+            component).
+        older_than
+            Epoch seconds: only files last modified before this are deleted.
+
+        Returns
+        -------
+        list[str]
+            The names of the deleted files (in the store's temporary directory).
+
+        Examples
+        --------
+        >>> import os, tempfile, time
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> os.makedirs(os.path.join(store.root, ".kstore-tmp"))
+        >>> open(os.path.join(store.root, ".kstore-tmp", "sales~0123"), "wb").close()
+        >>> store.remove_temporary("other", time.time() + 1), store.remove_temporary("sales", time.time() + 1)
+        ([], ['sales~0123'])
+        """
         tmp_dir = os.path.join(self.root, _TMP_DIR)
         removed: list[str] = []
         try:
@@ -222,6 +350,22 @@ class LocalStore:
         return removed
 
     def delete(self, key: str) -> None:
+        """Remove the key's file (a symbolic link there is removed, not followed) and the
+        directories that became empty; a missing key is not an error.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put("a/b", b"1"); store.delete("a/b"); store.delete("a/b")
+        >>> store.exists("a/b"), os.path.exists(os.path.join(store.root, "a"))
+        (False, False)
+        """
         path = self._path(key, follow_last=False)  # a link is removed, not followed
         try:
             _unlink(path)
@@ -242,9 +386,59 @@ class LocalStore:
             parent = os.path.dirname(parent)
 
     def exists(self, key: str) -> bool:
+        """Whether the key's file exists (a directory is no key; a missing root: False).
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        bool
+            True if :meth:`get` would find it.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put("a/b", b"1"); store.exists("a/b"), store.exists("a")
+        (True, False)
+        """
         return os.path.isfile(self._path(key))
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """The keys that start with ``prefix``, walking only the directories that can hold
+        them (no order promised; symbolic links and temporary files are skipped).
+
+        Parameters
+        ----------
+        prefix
+            A plain string prefix: ``"ds/"`` lists the keys below ``ds``, ``"ds"`` also
+            those below ``ds2``; ``""`` every key.
+        start_after
+            Only keys that sort after this one.
+
+        Returns
+        -------
+        Iterator[str]
+            The keys (lazily; errors surface while iterating).
+
+        Raises
+        ------
+        StoreNotFoundError
+            The root directory does not exist.
+        StoreError
+            ``prefix`` has a ``.``/``..`` component, a backslash or a NUL.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> for k in ("d/1", "d/2", "d2/1"): store.put(k, b"")
+        >>> sorted(store.iter_prefix("d/")), sorted(store.iter_prefix("d", start_after="d/1"))
+        (['d/1', 'd/2'], ['d/2', 'd2/1'])
+        """
         if start_after is not None:
             return (k for k in self.iter_prefix(prefix) if k > start_after)
         return self._iter_prefix(prefix)
@@ -279,6 +473,32 @@ class LocalStore:
                 yield key
 
     def open(self, key: str) -> BinaryIO:
+        """The key's file, opened for binary reading (seekable); the caller closes it.
+
+        Parameters
+        ----------
+        key
+            The key.
+
+        Returns
+        -------
+        BinaryIO
+            The open file.
+
+        Raises
+        ------
+        KeyNotFoundError
+            No such file.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.put("k", b"0123")
+        >>> with store.open("k") as fh:
+        ...     _ = fh.seek(2); fh.read()
+        b'23'
+        """
         return self._open(key)
 
     def _open(self, key: str) -> BinaryIO:

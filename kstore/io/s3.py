@@ -242,6 +242,19 @@ class S3Store:
     aws_access_key_id, aws_secret_access_key, aws_session_token
         Explicit credentials; by default boto3 finds them (environment, config, role).
         They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
+
+    Examples
+    --------
+    Making a store sends no request; the first method call does (the method examples
+    below need a reachable bucket):
+
+    >>> import pickle
+    >>> store = S3Store("my-bucket", "datasets/", region_name="eu-west-1", aws_access_key_id="AKID",
+    ...                 aws_secret_access_key="s3cr3t")
+    >>> store.prefix, store.url
+    ('datasets', 's3://my-bucket/datasets?region=eu-west-1')
+    >>> repr(pickle.loads(pickle.dumps(store)))  # for Dask/Spark workers; no credentials shown
+    "S3Store('s3://my-bucket/datasets?region=eu-west-1')"
     """
 
     def __init__(
@@ -511,7 +524,34 @@ class S3Store:
     # -- the Store protocol -------------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        """The object's bytes; :class:`KeyNotFoundError` when it does not exist."""
+        """The object's bytes (one ``GetObject``).
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+
+        Returns
+        -------
+        bytes
+            The object's content.
+
+        Raises
+        ------
+        KeyNotFoundError
+            The object does not exist.
+        StoreError
+            Any other S3 failure (a missing bucket, denied access, ...).
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.put("a/b", b"1")            # object datasets/a/b
+            store.get("a/b")                  # b'1'
+        """
         from botocore.exceptions import BotoCoreError, ClientError
 
         full_key = self._full_key(key)
@@ -527,7 +567,28 @@ class S3Store:
             raise self._store_error("get", full_key, exc) from exc
 
     def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) the object; S3 PUTs are atomic."""
+        """Write (or replace) the object (one ``PutObject``; S3 PUTs are atomic).
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+        data
+            The bytes to store.
+
+        Raises
+        ------
+        StoreError
+            The request failed.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.put("a/b", b"new")
+        """
         from botocore.exceptions import BotoCoreError, ClientError
 
         full_key = self._full_key(key)
@@ -545,6 +606,32 @@ class S3Store:
         the key. If botocore had retried the request (say after a timeout) and then got a
         412, the earlier attempt may have been ours: the stored bytes are compared with
         ``data`` to tell.
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+        data
+            The bytes to store.
+
+        Returns
+        -------
+        bool
+            True if this call created the object; False if it existed.
+
+        Raises
+        ------
+        StoreError
+            Any other S3 failure.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.put_if_absent("ds/_kstore/log/0.json", b"{}")   # True
+            store.put_if_absent("ds/_kstore/log/0.json", b"{}")   # False: it exists
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -577,7 +664,27 @@ class S3Store:
             return None
 
     def delete(self, key: str) -> None:
-        """Remove the object; a missing key is not an error."""
+        """Remove the object (one ``DeleteObject``); a missing key is not an error.
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+
+        Raises
+        ------
+        StoreError
+            The request failed.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.delete("a/b")
+            store.exists("a/b")               # False
+        """
         from botocore.exceptions import BotoCoreError, ClientError
 
         full_key = self._full_key(key)
@@ -595,6 +702,25 @@ class S3Store:
 
         Missing keys are not an error. Every batch is sent; keys S3 reports it could not
         delete (and those of failed requests) raise one :class:`StoreError` naming them.
+
+        Parameters
+        ----------
+        keys
+            The keys, relative to the store's prefix (all validated before any request;
+            duplicates are sent once).
+
+        Raises
+        ------
+        StoreError
+            Names the keys that could not be deleted.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.delete_many(f"ds/table/part-{i}.parquet" for i in range(2500))  # 3 requests
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -622,7 +748,31 @@ class S3Store:
             )
 
     def exists(self, key: str) -> bool:
-        """Whether the object exists (one ``HeadObject``)."""
+        """Whether the object exists (one ``HeadObject``).
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+
+        Returns
+        -------
+        bool
+            True if :meth:`get` would find it.
+
+        Raises
+        ------
+        StoreError
+            The request failed for another reason than a missing object.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            store.exists("a/b")               # True once store.put("a/b", ...) ran
+        """
         from botocore.exceptions import BotoCoreError, ClientError
 
         full_key = self._full_key(key)
@@ -643,6 +793,35 @@ class S3Store:
         ``"ds/"`` only the former. "Folder" marker objects (names ending in ``/``) are
         skipped; they are no valid keys. ``start_after`` is passed to ``ListObjectsV2`` as
         ``StartAfter``: the listing begins after that key.
+
+        Parameters
+        ----------
+        prefix
+            A plain string prefix, relative to the store's prefix (``""``: every key).
+        start_after
+            A key relative to the store's prefix; only keys after it are listed.
+
+        Returns
+        -------
+        Iterator[str]
+            The keys, relative to the store's prefix, in S3's (lexicographic) order; the
+            pages are requested while iterating.
+
+        Raises
+        ------
+        InvalidKeyError
+            ``prefix`` has an empty, ``.`` or ``..`` component, a backslash or a NUL.
+        StoreError
+            A listing request failed.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            store = S3Store("my-bucket", "datasets")
+            list(store.iter_prefix("ds/_kstore/log/"))                 # every log entry
+            list(store.iter_prefix("ds/_kstore/log/", start_after="ds/_kstore/log/00000000000000000041.json"))
         """
         if not isinstance(prefix, str):
             raise InvalidKeyError(f"invalid key prefix {prefix!r}: must be a string")
@@ -679,6 +858,33 @@ class S3Store:
         Range GET per buffer refill. Range GETs carry ``If-Match: <etag>``, so an object
         replaced while it is being read raises :class:`StoreError` instead of mixing bytes
         of two versions.
+
+        Parameters
+        ----------
+        key
+            The key, relative to the store's prefix.
+        buffer_size
+            Bytes one Range GET fetches at least (:data:`DEFAULT_BUFFER_SIZE`, 1 MiB).
+
+        Returns
+        -------
+        io.BufferedReader
+            A seekable file over an :class:`S3RangeReader`; the caller closes it.
+
+        Raises
+        ------
+        KeyNotFoundError
+            The object does not exist.
+
+        Examples
+        --------
+        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
+        store method against moto's S3 server)::
+
+            import pyarrow.parquet as pq
+            store = S3Store("my-bucket", "datasets")
+            with store.open("ds/table/part-0.parquet") as fh:
+                pq.ParquetFile(fh).metadata      # reads the footer only: a few Range GETs
         """
         from botocore.exceptions import BotoCoreError, ClientError
 

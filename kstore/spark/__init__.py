@@ -78,6 +78,13 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
     bool
         True where each scan keeps its own plan (kstore then enables filter pushdown);
         False on Spark 4.3, without JVM access (Spark Connect) or on an unknown Spark.
+
+    Examples
+    --------
+    With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        ks.scans_keep_own_read_plan(spark)  # False on Spark 4.3: register() leaves pushdown off
     """
     try:
         cls = spark.sparkContext._jvm.java.lang.Class.forName(  # type: ignore[union-attr]  # a running context has one

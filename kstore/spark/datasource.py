@@ -218,12 +218,62 @@ def _txn(text: str | None) -> tuple[str, int] | None:
 
 
 class KstoreDataSource(DataSource):
-    """``format("kstore")``: read and write kstore datasets (see the module docstring)."""
+    """``format("kstore")``: read and write kstore datasets (see the module docstring).
+
+    Spark creates it from the options of ``spark.read`` / ``df.write`` and calls its
+    methods on the driver (:meth:`schema`, :meth:`reader`, :meth:`writer`) and in Python
+    workers (the reader's ``partitions`` / ``read``, the writer's ``write``); user code
+    does not create it, but registers it (:func:`kstore.spark.register`) and passes options.
+
+    Attributes
+    ----------
+    options : dict[str, str]
+        The data source options Spark creates it with (its only constructor argument):
+        ``path`` and ``dataset_uuid`` are required; the read and write options are listed
+        in the module docstring. Option names are matched without regard to case.
+
+    Examples
+    --------
+    What Spark does for ``spark.read.format("kstore").option("dataset_uuid", "sales").load(path)``,
+    here without a SparkSession:
+
+    >>> import tempfile, pandas as pd, kstore
+    >>> from kstore.spark.datasource import KstoreDataSource
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> _ = kstore.store_dataset(tmp.name, "sales", pd.DataFrame({"day": ["a", "b"], "qty": [1, 2]}),
+    ...                          partition_on="day")
+    >>> source = KstoreDataSource({"path": tmp.name, "dataset_uuid": "sales"})
+    >>> source.schema().simpleString()
+    'struct<day:string,qty:bigint>'
+    >>> reader = source.reader(source.schema())
+    >>> [sum(b.num_rows for b in reader.read(p)) for p in reader.partitions()]
+    [1, 1]
+    >>> tmp.cleanup()
+
+    With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
+
+        import kstore.spark as ks
+        ks.register(spark)
+        spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store").filter("location = 7")
+    """
 
     _reader_cls: type[_Reader] = KstoreReader
 
     @classmethod
     def name(cls) -> str:
+        """The format name Spark knows the data source by: ``"kstore"``.
+
+        Returns
+        -------
+        str
+            ``"kstore"`` (``spark.read.format("kstore")``, ``df.write.format("kstore")``).
+
+        Examples
+        --------
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> KstoreDataSource.name()
+        'kstore'
+        """
         return "kstore"
 
     def _source(self) -> ReadSource:
@@ -234,9 +284,71 @@ class KstoreDataSource(DataSource):
         return source
 
     def schema(self) -> StructType:
+        """The Spark schema of the dataset version the options select (the version is
+        pinned here: every later scan of the DataFrame reads it).
+
+        Returns
+        -------
+        pyspark.sql.types.StructType
+            Every column nullable; the Spark types recorded by a Spark write are kept
+            (:func:`kstore.spark.types.spark_schema`).
+
+        Raises
+        ------
+        kstore.errors.InvalidArgumentError
+            An unknown option, or ``path`` / ``dataset_uuid`` missing.
+        kstore.errors.DatasetNotFoundError
+            No such dataset in the store.
+
+        Examples
+        --------
+        >>> import tempfile, pandas as pd, kstore
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> _ = kstore.store_dataset(tmp.name, "sales", pd.DataFrame({"day": ["a"], "qty": [1]}))
+        >>> KstoreDataSource({"path": tmp.name, "dataset_uuid": "sales"}).schema().simpleString()
+        'struct<day:string,qty:bigint>'
+        >>> KstoreDataSource({"path": tmp.name, "dataset_uuid": "sales", "verison": "0"}).schema()
+        Traceback (most recent call last):
+        ...
+        kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); ...
+        >>> tmp.cleanup()
+        """
         return self._source().spark_schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The reader of one scan: it plans the files (``partitions``, on the driver) and
+        reads one group of planned files per Spark input partition (``read``, in workers).
+
+        Parameters
+        ----------
+        schema
+            The schema Spark reads with: :meth:`schema`, or the user's ``.schema(...)``,
+            which may name a subset of the dataset's columns (only those are read). A
+            column the dataset lacks raises :class:`~kstore.errors.InvalidArgumentError`.
+
+        Returns
+        -------
+        pyspark.sql.datasource.DataSourceReader
+            A :class:`KstoreReader` (it implements ``pushFilters``) or, for
+            :class:`KstoreDataSourceNoPushdown`, a reader that does not (Spark evaluates
+            every ``.filter``).
+
+        Examples
+        --------
+        >>> import tempfile, pandas as pd, kstore
+        >>> from pyspark.sql import types as T
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> _ = kstore.store_dataset(tmp.name, "sales", pd.DataFrame({"day": ["a", "b"], "qty": [1, 2]}),
+        ...                          partition_on="day")
+        >>> reader = KstoreDataSource({"path": tmp.name, "dataset_uuid": "sales"}).reader(
+        ...     T.StructType([T.StructField("qty", T.LongType())]))
+        >>> parts = reader.partitions()
+        >>> len(parts), sorted(b.to_pydict()["qty"][0] for p in parts for b in reader.read(p))
+        (2, [1, 2])
+        >>> tmp.cleanup()
+        """
         source = self._source()
         if schema is not None and [f.name for f in schema.fields] != source.spark_schema.fieldNames():
             missing = [f.name for f in schema.fields if f.name not in source.schema.names]
@@ -251,6 +363,45 @@ class KstoreDataSource(DataSource):
         return self._reader_cls(source)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        """The writer of one ``df.write.format("kstore")...save(path)``: every check that
+        can run before a file is written runs here, on the driver.
+
+        Parameters
+        ----------
+        schema
+            The DataFrame's Spark schema (types must map to kstore, see
+            :mod:`kstore.spark.types`).
+        overwrite
+            Spark's save mode is ``overwrite`` (else ``append``); the ``write_mode``,
+            ``partitionOverwriteMode`` and ``replaceWhere`` options refine it (see the
+            module docstring).
+
+        Returns
+        -------
+        pyspark.sql.datasource.DataSourceArrowWriter
+            A :class:`KstoreWriter`: its ``write`` runs in each task on Arrow batches and
+            returns a :class:`KstoreCommitMessage`; ``commit`` makes one commit on the driver,
+            ``abort`` deletes what the tasks wrote. With ``write_mode=ignore`` on an
+            existing dataset, a writer that writes nothing.
+
+        Examples
+        --------
+        What Spark does for ``df.write.format("kstore").option("dataset_uuid", "sales")
+        .option("partition_on", "day").mode("append").save(path)``, with one task:
+
+        >>> import tempfile, pyarrow as pa, kstore
+        >>> from pyspark.sql import types as T
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> schema = T.StructType([T.StructField("day", T.StringType()), T.StructField("qty", T.LongType())])
+        >>> source = KstoreDataSource({"path": tmp.name, "dataset_uuid": "sales", "partition_on": "day"})
+        >>> writer = source.writer(schema, overwrite=False)
+        >>> message = writer.write(iter([pa.record_batch({"day": ["a", "b"], "qty": [1, 2]})]))
+        >>> writer.commit([message])
+        >>> kstore.read_table(tmp.name, "sales").sort_by("qty").to_pydict()
+        {'day': ['a', 'b'], 'qty': [1, 2]}
+        >>> tmp.cleanup()
+        """
         opts = check_options(self.options, WRITE_OPTIONS, "write")
         path, uuid = store_and_dataset(opts, "save")
         store = decode_store(path)
@@ -380,6 +531,28 @@ class _IgnoreWriter(DataSourceArrowWriter):
 
 class KstoreDataSourceNoPushdown(KstoreDataSource):
     """The same data source with a reader that does not implement ``pushFilters`` (Spark
-    evaluates every ``.filter``; the ``predicates`` option still prunes)."""
+    evaluates every ``.filter``; the ``predicates`` option still prunes).
+
+    It is the source PySpark discovers in every session (``pyspark_kstore.DefaultSource``)
+    and the one :func:`kstore.spark.register` registers where filter pushdown would not be
+    exact (Spark 4.3, or ``filter_pushdown=False``).
+
+    Attributes
+    ----------
+    options : dict[str, str]
+        The data source options (its only constructor argument), as for
+        :class:`KstoreDataSource`.
+
+    Examples
+    --------
+    >>> import tempfile, pandas as pd, kstore
+    >>> from kstore.spark.datasource import KstoreDataSourceNoPushdown
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> _ = kstore.store_dataset(tmp.name, "sales", pd.DataFrame({"qty": [1, 2]}))
+    >>> source = KstoreDataSourceNoPushdown({"path": tmp.name, "dataset_uuid": "sales"})
+    >>> source.name(), type(source.reader(source.schema())).__name__
+    ('kstore', 'KstoreReaderNoPushdown')
+    >>> tmp.cleanup()
+    """
 
     _reader_cls = KstoreReaderNoPushdown

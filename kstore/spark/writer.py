@@ -543,10 +543,23 @@ def store_dataset(
         an unsupported type raises before any file is written.
     store
         A URL, path or store that executors can reach (not ``memory://``).
+    dataset_uuid
+        The dataset's name.
+    partition_on, secondary_indices
+        Partition columns (hive-style ``col=value`` directories) and columns that get an
+        inverted index: a column name or a list of them, as in :func:`kstore.store_dataset`.
     mode
         ``"error"`` (the dataset must not exist), ``"overwrite"`` (replace it),
         ``"append"`` (add files; creates the dataset when missing) or
         ``"overwrite_partitions"`` (replace the partition values the data touches).
+    metadata, metadata_format, table_name
+        As in :func:`kstore.store_dataset`: user metadata (JSON-compatible; the Spark
+        schema is recorded next to it), the main metadata file's format (default
+        ``"json"``) and the table's name inside the dataset.
+    schema_mode
+        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset:
+        ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added; missing
+        ones are null), as in :func:`kstore.update_dataset`.
     shuffle
         How rows are grouped before the write when ``partition_on`` is given: ``"none"``
         (default; each task writes one file per partition value it holds, per
