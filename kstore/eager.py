@@ -40,6 +40,7 @@ from kstore.errors import (
     KeyNotFoundError,
     KstoreError,
 )
+from kstore.io.progress import ProgressLike, is_data_file, tracked
 from kstore.io.store import Store, StoreLike, open_store
 
 __all__ = [
@@ -72,6 +73,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    progress: ProgressLike = False,
 ) -> DatasetMetadata:
     """Write a new dataset (or replace one with ``overwrite=True``) in one commit.
 
@@ -110,6 +112,9 @@ def store_dataset(
     sort_by
         Sort the rows inside every file by these columns (clustering), so row-group
         statistics skip data for predicates on them.
+    progress
+        ``True`` for a progress bar on stderr (files written), or a callable
+        ``progress(files_written, None)`` (see :mod:`kstore.io.progress`); off by default.
 
     Returns
     -------
@@ -130,14 +135,15 @@ def store_dataset(
     ['p=1', 'p=2']
     """
     as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")  # None is no choice here
-    job = prepare_write(open_store(store), dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
-                        partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
-                        metadata=metadata, metadata_format=metadata_format, txn=txn,
-                        write_options=write_options, sort_by=sort_by)
-    if job.already_committed:
-        return job.existing  # a retried job: nothing to write
-    files, schema = write_files(job, data)
-    return finish_write(job, files, schema)
+    with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
+        job = prepare_write(st, dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
+                            partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
+                            metadata=metadata, metadata_format=metadata_format, txn=txn,
+                            write_options=write_options, sort_by=sort_by)
+        if job.already_committed:
+            return job.existing  # a retried job: nothing to write
+        files, schema = write_files(job, data)
+        return finish_write(job, files, schema)
 
 
 def update_dataset(
@@ -154,6 +160,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    progress: ProgressLike = False,
 ) -> DatasetMetadata:
     """Append ``data`` and/or delete the partitions matching ``delete_scope``, in one commit.
 
@@ -188,7 +195,7 @@ def update_dataset(
         ones are null).
     txn
         ``(app_id, version)`` for idempotent retries, as in :func:`store_dataset`.
-    write_options, sort_by
+    write_options, sort_by, progress
         As in :func:`store_dataset`.
 
     Returns
@@ -207,14 +214,16 @@ def update_dataset(
     >>> kstore.update_dataset("memory://update-doc", "d", delete_scope=[{"p": 1}]).version
     2
     """
-    job = prepare_write(open_store(store), dataset_uuid, mode=as_choice(mode, ("append", "overwrite_partitions"), "mode"), partition_on=partition_on,
-                        secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
-                        metadata=metadata, txn=txn, must_exist=True, write_options=write_options,
-                        sort_by=sort_by)
-    if job.already_committed:
-        return job.existing  # re-submitted transaction: nothing to do
-    files, schema = write_files(job, data) if data is not None else ([], None)
-    return finish_write(job, files, schema)
+    mode = as_choice(mode, ("append", "overwrite_partitions"), "mode")
+    with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
+        job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
+                            secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
+                            metadata=metadata, txn=txn, must_exist=True, write_options=write_options,
+                            sort_by=sort_by)
+        if job.already_committed:
+            return job.existing  # re-submitted transaction: nothing to do
+        files, schema = write_files(job, data) if data is not None else ([], None)
+        return finish_write(job, files, schema)
 
 
 def open_dataset(store: StoreLike, dataset_uuid: str, *, version: int | None = None, as_of: AsOf = None) -> Snapshot:

@@ -42,6 +42,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.predicates import Predicates
 from kstore.errors import CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
+from kstore.io.progress import ProgressLike, bar, is_data_file, tracked
 from kstore.io.store import StoreLike, open_store
 
 __all__ = [
@@ -190,7 +191,7 @@ def compact(
     sort_by: str | Sequence[str] | None = None,
     txn: tuple[str, int] | None = None,
     max_workers: int | None = None,
-    progress: Any = None,
+    progress: ProgressLike = None,
 ) -> CompactionPlan:
     """Merge small files per partition into files of up to ``target_file_size`` bytes, in
     ONE conflict-checked commit (see :mod:`kstore.blocks.compact`).
@@ -225,7 +226,8 @@ def compact(
     max_workers
         Threads rewriting groups of files (default: one per CPU).
     progress
-        ``progress(done, total)`` is called after each rewritten group.
+        ``True`` for a progress bar on stderr, or ``progress(done, total)``, called after
+        each rewritten group (groups of files merged into one).
 
     Returns
     -------
@@ -252,7 +254,14 @@ def compact(
                            sort_by=sort_by, txn=as_txn(txn), dry_run=dry_run)
     if plan.dry_run or not plan.groups:
         return plan
-    files = rewrite_groups(st, plan, max_workers=max_workers, progress=progress)
+    if progress is True:
+        with bar(f"compact {dataset_uuid}", len(plan.groups)) as advance:
+            files = rewrite_groups(st, plan, max_workers=max_workers, progress=lambda done, total: advance())
+    else:
+        if progress is not None and progress is not False and not callable(progress):
+            raise InvalidArgumentError(f"progress must be True, False or a callable progress(done, total), "
+                                       f"got {type(progress).__name__}")
+        files = rewrite_groups(st, plan, max_workers=max_workers, progress=progress or None)
     return finish_compaction(st, plan, files)[0]
 
 
@@ -391,6 +400,7 @@ def garbage_collect(
     retention: timedelta = DEFAULT_RETENTION,
     dry_run: bool = False,
     enforce_retention_duration: bool = True,
+    progress: ProgressLike = False,
 ) -> GCResult:
     """Expire versions older than ``retention`` and delete the files nothing retained references.
 
@@ -420,6 +430,10 @@ def garbage_collect(
         Only report what would be expired and deleted; change nothing.
     enforce_retention_duration
         Refuse a retention under 7 days (default). ``False`` allows it, on purpose.
+
+    progress
+        ``True`` for a progress bar on stderr (keys deleted), or a callable
+        ``progress(keys_deleted, None)`` (see :mod:`kstore.io.progress`); off by default.
 
     Returns
     -------
@@ -457,10 +471,11 @@ def garbage_collect(
         )
     # nothing was committed before 1970: a longer window is the same, and `now - retention` stays a date
     retention = min(retention, runtime.current().now() - datetime(1970, 1, 1, tzinfo=timezone.utc))
-    return collect_garbage(open_store(store), dataset_uuid, retention=retention, dry_run=dry_run)
+    with tracked(open_store(store), progress, f"gc {dataset_uuid}", method="delete") as st:
+        return collect_garbage(st, dataset_uuid, retention=retention, dry_run=dry_run)
 
 
-def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
+def delete_dataset(store: StoreLike, dataset_uuid: str, *, progress: ProgressLike = False) -> int:
     """Delete the dataset's data, indices, statistics and main metadata file.
 
     A ``delete`` version is committed first, so a writer still running against the dataset
@@ -473,6 +488,9 @@ def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
         Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
     dataset_uuid
         The dataset's name.
+
+    progress
+        As for :func:`garbage_collect` (keys deleted).
 
     Returns
     -------
@@ -490,11 +508,12 @@ def delete_dataset(store: StoreLike, dataset_uuid: str) -> int:
     ...
     kstore.errors.DatasetNotFoundError: ...
     """
-    return delete_all(open_store(store), dataset_uuid)
+    with tracked(open_store(store), progress, f"delete {dataset_uuid}", method="delete") as st:
+        return delete_all(st, dataset_uuid)
 
 
 def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None = None,
-                 new_uuid: str | None = None) -> DatasetMetadata:
+                 new_uuid: str | None = None, *, progress: ProgressLike = False) -> DatasetMetadata:
     """Copy the current version to ``new_uuid`` and/or another store (files are copied).
 
     The copy starts a new history at version 0; indices and statistics are kept.
@@ -509,6 +528,10 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
         The store to copy to (None: ``source``).
     new_uuid
         The copy's name (None: ``dataset_uuid``). Same store and same name is an error.
+
+    progress
+        ``True`` for a progress bar on stderr, or a callable ``progress(files_copied,
+        files_total)``; off by default.
 
     Returns
     -------
@@ -557,21 +580,23 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
         for col in list(meta.indices) + list(meta.inline_indices)
     }
     files: list[WrittenFile] = []
-    try:
-        for label, tables in meta.partitions.items():
-            for table, key in tables.items():
-                data = src.get(key)
-                files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
-                dst.put(moved(key), data)
-        op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
-                       table=meta.table, index_columns=tuple(prebuilt))
-        return commit(dst, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
-                      prebuilt_indices=prebuilt).dataset
-    except CommitStateUnknownError:
-        raise  # committed (or may be): its files stay
-    except BaseException:
-        delete_files(dst, files)  # no half-written copy
-        raise
+    n_files = sum(len(tables) for tables in meta.partitions.values())
+    with tracked(dst, progress, f"copy {dataset_uuid}", method="put", total=n_files, key_filter=is_data_file) as out:
+        try:
+            for label, tables in meta.partitions.items():
+                for table, key in tables.items():
+                    data = src.get(key)
+                    files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
+                    out.put(moved(key), data)
+            op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
+                           table=meta.table, index_columns=tuple(prebuilt))
+            return commit(out, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
+                          prebuilt_indices=prebuilt).dataset
+        except CommitStateUnknownError:
+            raise  # committed (or may be): its files stay
+        except BaseException:
+            delete_files(dst, files)  # no half-written copy
+            raise
 
 
 def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:

@@ -14,13 +14,13 @@ import logging
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Any, BinaryIO, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, TypeVar
 
 import click
 
 from kstore.errors import InvalidPredicateError
-from kstore.io.store import Store, delete_many
+from kstore.io.progress import bar
 
 log = logging.getLogger("kstore.cli")
 
@@ -223,63 +223,5 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[], None]
     if not progress_enabled():
         yield lambda: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
-
-
-class ProgressStore:
-    """A store that calls ``advance()`` after each successful call of ``method`` (``delete``,
-    ``put``): progress for GC, delete and copy without changing them."""
-
-    def __init__(self, inner: Store, method: str, advance: Callable[[], None]) -> None:
-        self.inner = inner
-        self.method = method
-        self.advance = advance
-        self.atomic_create = getattr(inner, "atomic_create", True)
-
-    @property
-    def url(self) -> str | None:
-        return self.inner.url
-
-    def __repr__(self) -> str:
-        return repr(self.inner)
-
-    def __getattr__(self, name: str) -> Any:  # optional extras such as remove_temporary
-        return getattr(self.inner, name)
-
-    def _tick(self, method: str) -> None:
-        if method == self.method:
-            self.advance()
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def put(self, key: str, data: bytes) -> None:
-        self.inner.put(key, data)
-        self._tick("put")
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        return self.inner.put_if_absent(key, data)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-        self._tick("delete")
-
-    def delete_many(self, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        delete_many(self.inner, keys)
-        for _ in keys:
-            self._tick("delete")
-
-    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        return self.inner.iter_prefix(prefix, start_after)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def open(self, key: str) -> BinaryIO:
-        return self.inner.open(key)
+    with bar(description, total) as advance:
+        yield advance

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import click
 
 from kstore.cli._common import (
-    ProgressStore,
     UserError,
     WhereCommand,
     confirm_or_refuse,
@@ -21,6 +20,7 @@ from kstore.cli._common import (
     progress,
     where_options,
 )
+from kstore.io.progress import ProgressStore
 
 if TYPE_CHECKING:
     from kstore.blocks.compact import CompactionPlan

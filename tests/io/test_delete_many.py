@@ -139,7 +139,7 @@ def test_s3_delete_dataset_deletes_in_one_batch(s3_endpoint: str, s3_bucket: str
 
 
 def test_cli_progress_store_ticks_per_deleted_key() -> None:
-    from kstore.cli._common import ProgressStore
+    from kstore.io.progress import ProgressStore
 
     ticks: list[int] = []
     inner = CountingStore(MemoryStore())
