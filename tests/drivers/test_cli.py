@@ -301,3 +301,42 @@ def test_compact_dry_run_then_merge(tmp_path):
     assert "nothing to compact" in res.output
     bad = CliRunner().invoke(cli, ["compact", url, "c", "--where", "p"])
     assert bad.exit_code == 1 and "column op value" in bad.output
+
+
+def test_a_real_terminal_gets_progress_bars_and_a_pipe_does_not(tmp_path):
+    """``kstore compact`` in a real subprocess whose stderr is a pseudo-terminal draws rich's
+    bar there (its description and an ``n/m`` count); with stderr a pipe, nothing of it."""
+    import pty
+    import select
+
+    url = str(tmp_path / "st")
+    for i in range(4):
+        df = pd.DataFrame({"p": [1, 2], "x": [i, 10 + i]})
+        (kstore.update_dataset(url, "c", df) if i else kstore.store_dataset(url, "c", df, partition_on=["p"]))
+    piped = _proc("compact", url, "c", "--dry-run")
+    assert piped.returncode == 0 and "compact c" not in piped.stderr
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONWARNINGS="ignore", TERM="xterm-256color", COLUMNS="100")
+    env.pop("CI", None)  # rich treats CI as a dumb terminal
+    proc = subprocess.Popen([sys.executable, "-m", "kstore", "compact", url, "c"], stdout=subprocess.PIPE,
+                            stderr=slave, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0, seen[-2000:]
+    assert b"merged 8 files into 2" in out
+    text = seen.decode("utf-8", "replace")
+    assert "compact c" in text and "2/2" in text, text[-2000:]
