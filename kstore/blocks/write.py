@@ -7,6 +7,7 @@ columns). The commit (:mod:`kstore.blocks.commit`) turns those into one new vers
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import logging
@@ -386,7 +387,11 @@ def _write_file(
         col = data.column(c)
         if pat.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
-        idx_values[c] = pc.unique(col.combine_chunks()).drop_null()
+        distinct = pc.unique(col.combine_chunks()).drop_null()
+        if not pat.is_floating(distinct.type):  # sorted: the commit takes them as they are
+            with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
+                distinct = distinct.take(pc.array_sort_indices(distinct))
+        idx_values[c] = distinct
     return WrittenFile(label, table_name, key, file_stats(data, len(payload)), idx_values)
 
 

@@ -36,7 +36,8 @@ from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.stats import FileStats, in_microseconds, stats_table
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "file_rows", "index_lists"]
+__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "file_rows", "index_lists",
+           "sorted_value_lists"]
 
 #: Prefix of a file table's index columns: ``idx:<col>`` holds, per file, the distinct
 #: non-null values of ``<col>`` (a list; null = not known yet). The inverted index of a
@@ -353,6 +354,10 @@ def file_rows(labels: Sequence[str], tables: Sequence[str], keys: Sequence[str],
         2, "key", pa.array(list(keys), pa.string()))
     for col, per_file in (index_values or {}).items():
         vtype = index_storage_type(schema.field(col).type)
+        fast = sorted_value_lists(per_file, vtype)
+        if fast is not None:
+            table = table.append_column(IDX + col, fast)
+            continue
         arrays = [a for a in per_file if a is not None and len(a)]
         idx = ColumnIndex.build(col, pa.concat_arrays([a.cast(arrays[0].type) for a in arrays]),
                                 pa.array([lab for lab, a in zip(labels, per_file) if a is not None and len(a)
@@ -363,6 +368,52 @@ def file_rows(labels: Sequence[str], tables: Sequence[str], keys: Sequence[str],
             lists = lists.cast(pa.list_(vtype))
         table = table.append_column(IDX + col, lists)
     return table
+
+
+def sorted_value_lists(per_file: Sequence[pa.Array | None], vtype: pa.DataType) -> pa.Array | None:
+    """Per file, its distinct values as an ``idx:`` list, straight from the writers' reports,
+    when each file's values are already strictly increasing (writers sort them) and need no
+    normalization that could merge two of them; None otherwise (the caller then builds the
+    lists through a :class:`ColumnIndex`, which sorts). ``None`` entries are unknown (a null
+    list). The lists equal that general path's exactly (a property test checks it).
+
+    >>> sorted_value_lists([pa.array([1, 5]), None, pa.array([2])], pa.int64()).to_pylist()
+    [[1, 5], None, [2]]
+    >>> sorted_value_lists([pa.array([5, 1])], pa.int64()) is None
+    True
+    """
+    arrays = [a for a in per_file if a is not None]
+    if not arrays:
+        return None
+    t0 = arrays[0].type
+    if (any(not a.type.equals(t0) for a in arrays) or pa.types.is_dictionary(t0) or pa.types.is_floating(t0)
+            or (pa.types.is_timestamp(t0) and not t0.equals(vtype))):
+        return None  # decoding, -0.0/NaN or sub-microsecond flooring could merge or reorder values
+    vals = pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+    if vals.null_count:
+        return None
+    if not vals.type.equals(vtype):
+        try:
+            vals = vals.cast(vtype)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    lengths = np.array([0 if a is None else len(a) for a in per_file], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    n = len(vals)
+    if n > 1:
+        try:
+            up = np.asarray(pc.greater(vals.slice(1), vals.slice(0, n - 1)).to_numpy(zero_copy_only=False), bool)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            return None  # a type without an order comparison: the general path decides
+        starts = offsets[1:-1]
+        boundary = np.zeros(n - 1, dtype=bool)
+        boundary[starts[(starts > 0) & (starts < n)] - 1] = True  # a new file starts after position j
+        if not bool(np.all(up | boundary)):
+            return None
+    if offsets[-1] >= 2**31:
+        return None
+    unknown = pa.array([a is None for a in per_file])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), vals, mask=unknown)
 
 
 class ColumnarPartitions(Mapping[str, Mapping[str, str]]):

@@ -147,3 +147,51 @@ def test_the_key_byte_screen_never_misses_an_odd_key(suffixes):
                 assert _maybe_odd(sliced)
     finally:
         ft._SCREEN_CHUNK = saved
+
+
+VALUE_KINDS = {
+    "int": (st.integers(-50, 50), pa.int64()),
+    "str": (st.text(alphabet="aZé9/_", max_size=3), pa.string()),
+    "date": (st.dates(min_value=dt.date(1, 1, 1), max_value=dt.date(9999, 12, 31)), pa.date32()),
+    "decimal": (st.decimals(-100, 100, places=2, allow_nan=False, allow_infinity=False), pa.decimal128(9, 2)),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(VALUE_KINDS)), st.data())
+def test_index_lists_from_sorted_reports_equal_the_general_path(kind, data):
+    """The commit takes writers' sorted distinct values as idx: lists directly; for any
+    reports (sorted or not, duplicates, unknown files, empty files) the lists equal those the
+    general path (an inverted index built and read back) gives."""
+    from kstore.core import filetable
+
+    values, vtype = VALUE_KINDS[kind]
+    n = data.draw(st.integers(1, 6))
+    per_file = []
+    for _ in range(n):
+        raw = data.draw(st.none() | st.lists(values, max_size=5))
+        if raw is None:
+            per_file.append(None)
+            continue
+        if data.draw(st.booleans()):  # what writers report: distinct, sorted
+            raw = sorted(set(raw))
+        per_file.append(pa.array(raw, vtype))
+    labels = [f"p={i}/f" for i in range(n)]
+    schema = pa.schema([("v", vtype)])
+
+    def rows_of(fast: bool) -> pa.Table:
+        real = filetable.sorted_value_lists
+        if not fast:
+            filetable.sorted_value_lists = lambda *a: None
+        try:
+            return filetable.file_rows(labels, ["t"] * n, [f"d/t/{lab}.parquet" for lab in labels],
+                                       [None] * n, schema, {"v": per_file})
+        finally:
+            filetable.sorted_value_lists = real
+
+    got, want = rows_of(True).column("idx:v"), rows_of(False).column("idx:v")
+    assert got.to_pylist() == want.to_pylist() and got.type.equals(want.type)
+    taken = filetable.sorted_value_lists(per_file, vtype)
+    if all(a is None or a.to_pylist() == sorted(set(a.to_pylist())) for a in per_file) and any(
+            a is not None for a in per_file):
+        assert taken is not None  # sorted distinct reports take the fast path
