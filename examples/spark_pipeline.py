@@ -29,7 +29,10 @@ N_LOCATIONS = 1000
 
 def spark_session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this Python (with kstore)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no "resolves to a loopback" notice
     from pyspark.sql import SparkSession
+
+    quiet = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -38,6 +41,7 @@ def spark_session():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
