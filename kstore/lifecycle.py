@@ -42,7 +42,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.predicates import Predicates
 from kstore.errors import CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
-from kstore.io.progress import ProgressLike, bar, is_data_file, tracked
+from kstore.io.progress import ProgressLike, bar, check_progress, is_data_file, tracked
 from kstore.io.store import StoreLike, open_store
 
 __all__ = [
@@ -258,9 +258,7 @@ def compact(
         with bar(f"compact {dataset_uuid}", len(plan.groups)) as advance:
             files = rewrite_groups(st, plan, max_workers=max_workers, progress=lambda done, total: advance())
     else:
-        if progress is not None and progress is not False and not callable(progress):
-            raise InvalidArgumentError(f"progress must be True, False or a callable progress(done, total), "
-                                       f"got {type(progress).__name__}")
+        check_progress(progress)
         files = rewrite_groups(st, plan, max_workers=max_workers, progress=progress or None)
     return finish_compaction(st, plan, files)[0]
 

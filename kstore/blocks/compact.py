@@ -44,7 +44,7 @@ from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import WrittenFile, delete_files, to_arrow, write_partitions
 from kstore.core import runtime
 from kstore.core.arguments import as_bool, as_delete_scope, as_txn
-from kstore.core.commit_options import CommitOptions
+from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.planning import ReadPlan, ReadTask
@@ -343,7 +343,7 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
     # index dropped meanwhile must not come back)
     op = Operation(kind="compaction", remove=remove, read_version=plan.version, partition_on=plan.partition_on,
                    table=plan.table, txn=plan.txn, info=info,
-                   metadata=None if options.metadata is None else dict(options.metadata))
+                   metadata=plain(options.metadata))
     try:
         meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
                       max_attempts=options.max_attempts).dataset

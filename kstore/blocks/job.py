@@ -36,6 +36,7 @@ import pyarrow as pa
 from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.load import Head
+from kstore.blocks.mutate import base_version
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, delete_files, iter_tables, table_schema, to_arrow, write_partitions
 from kstore.core import naming, serialize
@@ -161,8 +162,7 @@ def prepare_write(
     head: Head | None = None
     base_format: MetadataFormat | None
     if base is not None:
-        if base.uuid != dataset_uuid:
-            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: the base version belongs to dataset {base.uuid!r}")
+        base = base_version(store, dataset_uuid, base)  # checked to be a version of this dataset
         if mode not in ("append", "overwrite_partitions"):
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode={mode!r} does not build on a version")
         base_format = "msgpack.zstd" if base.main_format == "msgpack.zstd" else "json"

@@ -45,7 +45,7 @@ from kstore.blocks.commit import commit
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import WrittenFile, delete_files, write_partitions
 from kstore.core import naming
-from kstore.core.commit_options import CommitOptions
+from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
@@ -111,7 +111,7 @@ def build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
         for c in cols
     }
     op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table,
-                   txn=options.txn, metadata=_plain(options.metadata), info=_plain(options.info))
+                   txn=options.txn, metadata=plain(options.metadata), info=plain(options.info))
     return commit(store, dataset_uuid, op, prebuilt_indices=prebuilt, max_attempts=options.max_attempts).dataset
 
 
@@ -135,7 +135,7 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     if _committed_before(base, options):
         return base
     op = Operation(kind="drop_indices", read_version=base.version, drop_index_columns=tuple(cols),
-                   table=base.table, txn=options.txn, metadata=_plain(options.metadata), info=_plain(options.info))
+                   table=base.table, txn=options.txn, metadata=plain(options.metadata), info=plain(options.info))
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
@@ -190,7 +190,7 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
 
         op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
                        partition_on=base.partition_keys, txn=options.txn, scope_labels=planned,
-                       metadata=_plain(options.metadata), info=_plain(options.info))
+                       metadata=plain(options.metadata), info=plain(options.info))
         meta = commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match,
                       max_attempts=options.max_attempts).dataset
     except CommitStateUnknownError:
@@ -201,10 +201,6 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
     if files and not meta.has_keys([f.key for f in files]):
         delete_files(store, files)  # the transaction was committed before: these files are unused
     return meta
-
-
-def _plain(value: Any) -> dict[str, Any] | None:
-    return None if value is None else dict(value)
 
 
 def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:

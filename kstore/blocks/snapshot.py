@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 from kstore.blocks import load
 from kstore.blocks.read import read_plan, to_pandas
 from kstore.core.arguments import as_columns
-from kstore.core.commit_options import CommitOptions
+from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
@@ -722,9 +722,9 @@ class Snapshot:
         opts = CommitOptions.of(options)
         job = prepare_write(self.store, self.dataset_uuid, mode=mode, base=self.metadata, must_exist=True,
                             secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=scope,
-                            metadata=None if opts.metadata is None else dict(opts.metadata), txn=opts.txn,
+                            metadata=plain(opts.metadata), txn=opts.txn,
                             write_options=write_options, sort_by=sort_by,
-                            info=None if opts.info is None else dict(opts.info), max_attempts=opts.max_attempts)
+                            info=plain(opts.info), max_attempts=opts.max_attempts)
         if job.already_committed:
             return self
         files, schema = write_files(job, data) if data is not None else ([], None)

@@ -30,7 +30,7 @@ from kstore.core import serialize
 from kstore.core.arguments import as_attempts, as_txn
 from kstore.errors import InvalidArgumentError
 
-__all__ = ["CommitOptions", "DEFAULT_MAX_ATTEMPTS", "MAX_INFO_BYTES"]
+__all__ = ["CommitOptions", "DEFAULT_MAX_ATTEMPTS", "MAX_INFO_BYTES", "plain"]
 
 #: Attempts a commit makes when other writers keep committing first (each re-lists the log).
 DEFAULT_MAX_ATTEMPTS = 50
@@ -111,6 +111,16 @@ class CommitOptions:
             metadata=_json_dict(raw.get("metadata"), "metadata"),
             info=_json_dict(raw.get("info"), "info", MAX_INFO_BYTES),
         )
+
+
+def plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A plain ``dict`` copy of an option's mapping (None stays None): what the commit
+    serializes (options hold read-only mappings).
+
+    >>> plain(CommitOptions.of({"info": {"a": 1}}).info), plain(None)
+    ({'a': 1}, None)
+    """
+    return None if value is None else dict(value)
 
 
 def _json_dict(value: Any, what: str, max_bytes: int | None = None) -> Mapping[str, Any] | None:

@@ -38,7 +38,7 @@ from kstore.core import naming
 from kstore.errors import InvalidArgumentError
 from kstore.io.store import Store, delete_many
 
-__all__ = ["ProgressLike", "ProgressStore", "bar", "tracked", "is_data_file"]
+__all__ = ["ProgressLike", "ProgressStore", "bar", "tracked", "is_data_file", "check_progress"]
 
 #: What a ``progress=`` argument accepts (see the module docstring).
 ProgressLike: TypeAlias = "bool | Callable[[int, int | None], Any] | None"
@@ -188,6 +188,21 @@ def bar(description: str, total: int | None) -> Iterator[Callable[[], None]]:
         yield lambda: shown.advance(task)
 
 
+def check_progress(progress: Any) -> None:
+    """Raise :class:`~kstore.errors.InvalidArgumentError` unless ``progress`` is a valid
+    ``progress=`` argument (None, a bool, or a callable).
+
+    >>> check_progress(print)
+    >>> check_progress("yes")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: progress must be True, False or a callable progress(done, total), got str
+    """
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise InvalidArgumentError(f"progress must be True, False or a callable progress(done, total), "
+                                   f"got {type(progress).__name__}")
+
+
 @contextlib.contextmanager
 def tracked(store: Store, progress: Any, description: str, *, method: str, total: int | None = None,
             key_filter: Callable[[str], bool] | None = None) -> Iterator[Store]:
@@ -224,9 +239,7 @@ def tracked(store: Store, progress: Any, description: str, *, method: str, total
         with bar(description, total) as tick:
             yield ProgressStore(store, method, tick, key_filter)
         return
-    if not callable(progress):
-        raise InvalidArgumentError(f"progress must be True, False or a callable progress(done, total), "
-                                   f"got {type(progress).__name__}")
+    check_progress(progress)
     lock = threading.Lock()
     done = 0
 
