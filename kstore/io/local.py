@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import errno
 import os
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
@@ -191,7 +193,9 @@ class LocalStore:
         """
         directory = os.path.dirname(path)
         last: OSError | None = None
-        for _ in range(_DIR_RETRIES):
+        for attempt in range(_DIR_RETRIES):
+            if attempt >= 2:  # pruned again and again: let the deleting threads finish (jitter)
+                time.sleep(random.random() * min(0.0005 * 2 ** attempt, 0.02))
             try:
                 os.makedirs(directory, exist_ok=True)
             except FileExistsError as exc:
