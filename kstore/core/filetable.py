@@ -58,17 +58,107 @@ def _empty() -> pa.Table:
     return pa.table({n: pa.array([], t) for n, t in FILE_COLUMNS})
 
 
-@dataclass(frozen=True, eq=False)
+def derived_keys(labels: pa.Array | pa.ChunkedArray, dataset_uuid: str, table_name: str) -> pa.ChunkedArray:
+    """``<uuid>/<table>/<label>.parquet`` for every label: the key kartothek, plateau and
+    kstore give a partition's file (string kernels, no Python object per label).
+
+    >>> derived_keys(pa.array(["p=1/a"]), "d", "table").to_pylist()
+    ['d/table/p=1/a.parquet']
+    """
+    chunks = labels.chunks if isinstance(labels, pa.ChunkedArray) else [labels]
+    prefix = f"{dataset_uuid}/{table_name}/"
+    out = [pc.binary_replace_slice(pc.binary_replace_slice(c, start=0, stop=0, replacement=prefix),
+                                   start=1 << 40, stop=1 << 40, replacement=".parquet") for c in chunks]
+    return pa.chunked_array(out, pa.string())
+
+
 class FileTable:
     """One row per data file of a version (see the module docstring). Immutable: every
-    change returns a new table."""
+    change returns a new table.
 
-    table: pa.Table = field(default_factory=_empty)
+    A table read from a checkpoint whose keys are all derivable (every file in one table,
+    each key ``<uuid>/<table>/<label>.parquet``, see :func:`derived_keys`) holds only its
+    other columns: :attr:`table` builds the ``table`` and ``key`` columns on first use, and
+    planning asks for the keys of the files it keeps (:meth:`keys_of`) without building
+    them for every file.
+    """
 
-    def __post_init__(self) -> None:
-        names = self.table.column_names
+    def __init__(self, table: pa.Table | None = None) -> None:
+        table = _empty() if table is None else table
+        names = table.column_names
         if tuple(names[:3]) != tuple(n for n, _ in FILE_COLUMNS):
             raise CorruptMetadataError(f"a file table starts with {names[:3]}, not label, table, key")
+        self._rows = table
+        self._derived: tuple[str, str] | None = None
+
+    @classmethod
+    def with_derived_keys(cls, rows: pa.Table, dataset_uuid: str, table_name: str) -> FileTable:
+        """A table of ``rows`` (``label`` first, no ``table`` or ``key`` column) whose files
+        are all in ``table_name`` under their derived keys.
+
+        >>> ft = FileTable.with_derived_keys(pa.table({"label": ["p=1/a"]}), "d", "table")
+        >>> ft.table.column("key").to_pylist(), ft.keys_of(["p=1/a"])
+        (['d/table/p=1/a.parquet'], ['d/table/p=1/a.parquet'])
+        """
+        names = rows.column_names
+        if not names or names[0] != "label" or "table" in names or "key" in names:
+            raise CorruptMetadataError(f"a file table with derived keys starts with {names[:1]}, not label, "
+                                       "and has no table or key column")
+        out = cls.__new__(cls)
+        out._rows = rows
+        out._derived = (dataset_uuid, table_name)
+        return out
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # pickles (to Dask and Spark workers) carry the stored columns, not derived keys
+        return (_restore, (self._rows, self._derived))
+
+    def _same_kind(self, rows: pa.Table) -> FileTable:
+        """A table of ``rows`` of the same kind as this one (derived keys or not)."""
+        if self._derived is None:
+            return FileTable(rows)
+        return FileTable.with_derived_keys(rows, *self._derived)
+
+    @property
+    def derived(self) -> tuple[str, str] | None:
+        """``(dataset_uuid, table)`` when the keys are derived from the labels, else None."""
+        return self._derived
+
+    @property
+    def rows(self) -> pa.Table:
+        """The stored columns: :attr:`table` without ``table`` and ``key`` when they are
+        derived (no copy, nothing built)."""
+        return self._rows
+
+    @cached_property
+    def table(self) -> pa.Table:
+        """One row per file: ``label, table, key``, statistics and ``idx:`` lists."""
+        if self._derived is None:
+            return self._rows
+        uuid, name = self._derived
+        labels = self._rows.column("label")
+        n = self._rows.num_rows
+        return (self._rows.add_column(1, "table", pa.chunked_array([pa.repeat(pa.scalar(name, pa.string()), n)]))
+                .add_column(2, "key", derived_keys(labels, uuid, name)))
+
+    def keys_of(self, labels: Sequence[str]) -> list[str]:
+        """The keys of the (first) files of ``labels`` of a table with derived keys."""
+        if self._derived is None:
+            raise ValueError("keys_of: this file table stores its keys")
+        uuid, name = self._derived
+        return [f"{uuid}/{name}/{label}.parquet" for label in labels]
+
+    def derive(self, dataset_uuid: str) -> FileTable:
+        """This table with derived keys when every file's key is derivable (one table,
+        ``<uuid>/<table>/<label>.parquet``), else itself."""
+        if self._derived is not None or not len(self) or not self.single_table():
+            return self
+        t = self._rows
+        name = t.column("table")[0].as_py()
+        same = pc.equal(t.column("key"), derived_keys(t.column("label"), dataset_uuid, name))
+        if not pc.all(same).as_py() or t.column("key").null_count:
+            return self
+        return FileTable.with_derived_keys(t.drop_columns(["table", "key"]), dataset_uuid, name)
 
     @classmethod
     def from_partitions(cls, partitions: Mapping[str, Mapping[str, str]], stats: pa.Table | None = None) -> FileTable:
@@ -97,11 +187,11 @@ class FileTable:
     # -- queries -----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self.table.num_rows)
+        return int(self._rows.num_rows)
 
     @property
     def labels(self) -> pa.ChunkedArray:
-        return self.table.column("label")
+        return self._rows.column("label")
 
     def partitions(self) -> dict[str, dict[str, str]]:
         """kartothek's ``label -> {table: key}`` mapping (for the main file and old code)."""
@@ -113,12 +203,12 @@ class FileTable:
 
     def stats(self) -> pa.Table:
         """The statistics as ``_kstore/stats`` lays them out (one row per label)."""
-        cols = [c for c in self.table.column_names if c not in ("table", "key") and not c.startswith(IDX)]
-        return self.table.select(cols).take(self.first_rows())
+        cols = [c for c in self._rows.column_names if c not in ("table", "key") and not c.startswith(IDX)]
+        return self._rows.select(cols).take(self.first_rows())
 
     def first_rows(self) -> pa.Array:
         """Row positions of each label's first file (one per label, in table order)."""
-        n = self.table.num_rows
+        n = self._rows.num_rows
         if n == 0 or self.single_table():
             return pa.array(np.arange(n, dtype=np.int64))
         labels = self.labels.to_numpy(zero_copy_only=False)
@@ -131,12 +221,14 @@ class FileTable:
 
     @cached_property
     def _single_table(self) -> bool:
-        t = self.table.column("table")
+        if self._derived is not None:
+            return True
+        t = self._rows.column("table")
         return bool(t.num_chunks == 0 or len(t) == 0 or pc.count_distinct(t).as_py() <= 1)
 
     def num_labels(self) -> int:
         if self.single_table():
-            return int(self.table.num_rows)
+            return int(self._rows.num_rows)
         return int(pc.count_distinct(self.labels).as_py())
 
     def unique_labels(self) -> pa.Array:
@@ -145,6 +237,8 @@ class FileTable:
 
     def for_table(self, table: str) -> pa.Table:
         """The rows of one table's files."""
+        if self._derived is not None:
+            return self.table if self._derived[1] == table else self.table.slice(0, 0)
         if self.single_table():
             if self.table.num_rows and self.table.column("table")[0].as_py() != table:
                 return self.table.slice(0, 0)
@@ -153,14 +247,14 @@ class FileTable:
 
     @property
     def index_columns(self) -> tuple[str, ...]:
-        return tuple(c[len(IDX):] for c in self.table.column_names if c.startswith(IDX))
+        return tuple(c[len(IDX):] for c in self._rows.column_names if c.startswith(IDX))
 
     def column_index(self, column: str, vtype: pa.DataType) -> ColumnIndex:
         """The inverted index of ``column`` (value -> labels) from its ``idx:`` lists."""
         name = IDX + column
-        if name not in self.table.column_names:
+        if name not in self._rows.column_names:
             return ColumnIndex.empty(column, vtype)
-        lists = self.table.column(name).combine_chunks()
+        lists = self._rows.column(name).combine_chunks()
         flat = pc.list_flatten(lists)
         if len(flat) == 0:
             return ColumnIndex.empty(column, vtype)
@@ -170,9 +264,9 @@ class FileTable:
     def unindexed_labels(self, column: str) -> list[str]:
         """Labels whose ``idx:`` list of ``column`` is unknown (null, or no such column)."""
         name = IDX + column
-        if name not in self.table.column_names:
+        if name not in self._rows.column_names:
             return list(self.unique_labels().to_pylist())
-        rows = self.table.select(["label", name])
+        rows = self._rows.select(["label", name])
         if not self.single_table():
             rows = rows.take(self.first_rows())
         lists = rows.column(name)
@@ -183,10 +277,10 @@ class FileTable:
     def with_index(self, column: str, lists: pa.Array) -> FileTable:
         """The table with ``idx:<column>`` set to ``lists`` (one entry per row)."""
         name = IDX + column
-        names = self.table.column_names
+        names = self._rows.column_names
         if name in names:
-            return FileTable(self.table.set_column(names.index(name), name, lists))
-        return FileTable(self.table.append_column(name, lists))
+            return self._same_kind(self._rows.set_column(names.index(name), name, lists))
+        return self._same_kind(self._rows.append_column(name, lists))
 
     def merge_index(self, index: ColumnIndex, labels: Sequence[str]) -> FileTable:
         """Fill the ``idx:`` lists of ``labels`` (first file of each) from ``index``."""
@@ -197,8 +291,8 @@ class FileTable:
         chosen = pc.is_in(all_labels.take(pa.array(rows)), value_set=pa.array(list(labels), pa.string()))
         target[rows[np.asarray(chosen.to_numpy(zero_copy_only=False), dtype=bool)]] = True
         fresh = index_lists(index, all_labels, pa.array(target))
-        if name in self.table.column_names:
-            old = self.table.column(name).combine_chunks()
+        if name in self._rows.column_names:
+            old = self._rows.column(name).combine_chunks()
             if not old.type.equals(fresh.type):
                 old = old.cast(fresh.type)
             fresh = pc.if_else(pa.array(target), fresh, old)
@@ -206,13 +300,18 @@ class FileTable:
 
     def drop_index(self, column: str) -> FileTable:
         name = IDX + column
-        if name not in self.table.column_names:
+        if name not in self._rows.column_names:
             return self
-        return FileTable(self.table.drop_columns([name]))
+        return self._same_kind(self._rows.drop_columns([name]))
 
     def validate(self, dataset_uuid: str, where: str) -> FileTable:
         """Check labels and keys (vectorized): no nulls, every key inside the dataset's
-        prefix and free of ``.``/``..``/empty components. Raises CorruptMetadataError."""
+        prefix and free of ``.``/``..``/empty components. Raises CorruptMetadataError.
+
+        With derived keys the labels are screened instead (a derived key is safe when its
+        label is); anything the screen flags gets the exact check on the built keys."""
+        if self._derived is not None:
+            return self._validate_derived(dataset_uuid, where)
         t = self.table
         for i in range(3):
             if not pa.types.is_string(t.schema.field(i).type):
@@ -228,7 +327,7 @@ class FileTable:
         if pc.any(outside).as_py():
             first = keys.filter(outside)[0].as_py()
             raise CorruptMetadataError(f"{where}: file key {first!r:.120} is not a key inside dataset {dataset_uuid!r}")
-        if _maybe_odd(keys.combine_chunks()):  # the cheap screen flagged some: the full check decides
+        if any(_maybe_odd(chunk) for chunk in keys.chunks):  # the cheap screen flagged some: the full check decides
             odd = pc.match_substring_regex(keys, _BAD_KEY)
             for key in keys.filter(odd).to_pylist():
                 try:
@@ -237,21 +336,73 @@ class FileTable:
                     raise CorruptMetadataError(f"{where}: {exc}") from exc
         return self
 
+    def _validate_derived(self, dataset_uuid: str, where: str) -> FileTable:
+        from kstore.core import naming
+
+        uuid, name = self._derived  # type: ignore[misc]
+        labels = self._rows.column("label")
+        if not pa.types.is_string(labels.type):
+            raise CorruptMetadataError(f"{where}: file table column 'label' is not a string column")
+        if labels.null_count:
+            raise CorruptMetadataError(f"{where}: the file table has null labels")
+        if uuid != dataset_uuid:
+            raise CorruptMetadataError(f"{where}: its keys are derived for dataset {uuid!r}, not {dataset_uuid!r}")
+        try:
+            naming.validate_name(name, "table name")
+        except Exception as exc:
+            raise CorruptMetadataError(f"{where}: {exc}") from exc
+        if len(self) and any(_label_maybe_odd(chunk) for chunk in labels.chunks):
+            FileTable(self.table).validate(dataset_uuid, where)
+        return self
+
     # -- changes -----------------------------------------------------------------------
 
     def apply(self, actions: Actions) -> FileTable:
         """The table after ``actions``: removed labels dropped, added rows appended."""
-        table = self.table
+        if self._derived is not None and actions.add is not None and actions.add.num_rows:
+            add = _strip_derived(actions.add, *self._derived)
+            if add is None:  # a file whose key is not derivable: this table stores keys from now on
+                return FileTable(self.table).apply(actions)
+            actions = Actions(add=add, remove=actions.remove)
+        table = self._rows
         if actions.remove and table.num_rows:
             gone = pc.is_in(table.column("label"), value_set=pa.array(list(actions.remove), pa.string()))
             table = table.filter(pc.invert(gone))
         if actions.add is not None and actions.add.num_rows:
-            if table.num_rows == 0 and table.num_columns <= 3:
+            if table.num_rows == 0 and table.num_columns <= (3 if self._derived is None else 1):
                 table = in_microseconds(actions.add)
             else:
                 table = pa.concat_tables([in_microseconds(table), in_microseconds(actions.add)],
                                          promote_options="permissive")
-        return FileTable(table)
+        return self._same_kind(table)
+
+
+def _restore(rows: pa.Table, derived: tuple[str, str] | None) -> FileTable:
+    return FileTable(rows) if derived is None else FileTable.with_derived_keys(rows, *derived)
+
+
+def _strip_derived(add: pa.Table, dataset_uuid: str, table_name: str) -> pa.Table | None:
+    """``add`` (rows with ``table`` and ``key``) without those columns when every row is
+    in ``table_name`` under its derived key, else None."""
+    tables, keys = add.column("table"), add.column("key")
+    if tables.null_count or keys.null_count or not pc.all(pc.equal(tables, table_name)).as_py():
+        return None
+    if not pc.all(pc.equal(keys, derived_keys(add.column("label"), dataset_uuid, table_name))).as_py():
+        return None
+    return add.drop_columns(["table", "key"])
+
+
+def _label_maybe_odd(labels: pa.Array) -> bool:
+    """The screen of :func:`_maybe_odd` for keys ``<uuid>/<table>/<label>.parquet`` built
+    from ``labels``: also flags an empty label and one that starts with ``/`` or ``.``."""
+    data, ends = string_bytes(labels)
+    if not len(ends):
+        return False
+    starts = np.concatenate(([0], ends[:-1]))
+    if (ends == starts).any():
+        return True
+    first = data[starts]
+    return bool(((first == 0x2F) | (first == 0x2E)).any()) or _maybe_odd(labels)
 
 
 def string_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -286,29 +437,35 @@ def from_ipc_text(text: Any, where: str) -> pa.Table:
 
 
 #: bytes :func:`_maybe_odd` scans at a time (its temporaries stay in cache, and are reused)
-_SCREEN_CHUNK = 1 << 16
+_SCREEN_CHUNK = 1 << 18
 
 
 def _maybe_odd(keys: pa.Array) -> bool:
     """A scan of the keys' bytes: True when some key may hold ``/.``, ``//``, ``\\`` or
     NUL, or end in ``/`` (then the exact check runs). It runs on every open of a checkpoint
-    (100k keys: ~6 MB), in cache-sized chunks with reused buffers: half the time of
-    whole-array temporaries on freshly decoded memory."""
+    (100k labels: ~5 MB), in cache-sized chunks with reused buffers. Each pair of adjacent
+    bytes is read as one little-endian 16-bit word (even pairs, then odd pairs): ``/`` then
+    ``/`` or ``.`` is ``(w | 0x0100) == 0x2F2F``, one compare for both patterns (~2 ms for
+    5 MB against ~4 ms for a gather of the bytes after each ``/``)."""
     data, ends = string_bytes(keys)
     n = len(data)
     if not n:
         return False
-    if data.min() == 0:
-        return True
+    words = np.empty(_SCREEN_CHUNK // 2 + 1, np.uint16)
     flags = np.empty(_SCREEN_CHUNK + 1, bool)
     for i in range(0, n, _SCREEN_CHUNK):
-        chunk = data[i:i + _SCREEN_CHUNK + 1]  # one byte of overlap: a "/" at the chunk's end
+        chunk = data[i:i + _SCREEN_CHUNK + 1]  # one byte of overlap: a pair across the border
         m = len(chunk)
-        if np.equal(chunk, 0x5C, out=flags[:m]).any():
+        if chunk.min() == 0 or np.equal(chunk, 0x5C, out=flags[:m]).any():
             return True
-        after_slash = chunk[np.flatnonzero(np.equal(chunk[:m - 1], 0x2F, out=flags[:m - 1])) + 1]
-        if ((after_slash == 0x2F) | (after_slash == 0x2E)).any():
-            return True
+        for first in (0, 1):
+            k = (m - first) // 2
+            if k <= 0:
+                continue
+            pairs = chunk[first:first + 2 * k].view("<u2")
+            np.bitwise_or(pairs, 0x0100, out=words[:k])
+            if np.equal(words[:k], 0x2F2F, out=flags[:k]).any():
+                return True
     ends = ends - 1
     ends = ends[ends >= 0]
     return bool((data[ends] == 0x2F).any())

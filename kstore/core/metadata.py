@@ -37,7 +37,7 @@ from kstore.errors import CorruptMetadataError, LimitExceededError
 __all__ = ["DatasetMetadata", "FORMAT_VERSION", "KSTORE_FORMAT"]
 
 FORMAT_VERSION = 4
-KSTORE_FORMAT = 2
+KSTORE_FORMAT = 3
 
 Files = Mapping[str, str]
 InlineIndex = Mapping[Any, tuple[str, ...]]

@@ -36,7 +36,7 @@ from kstore.core import naming
 from kstore.core.arguments import as_column_list
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression
+from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression, term_mask
 from kstore.core.stats import prune_mask
 from kstore.core.types import check_dataset_schema, decode_partition_value
 from kstore.errors import ColumnNotFoundError, CorruptMetadataError, InvalidArgumentError, short_repr
@@ -234,6 +234,21 @@ def _contiguous(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values
 
 
+def _take(values: pa.Array | pa.ChunkedArray, positions: np.ndarray) -> list[Any]:
+    """``values[positions]`` as Python objects, chunk by chunk: a chunked array (a
+    checkpoint's chunk, then the replayed entries') is never concatenated to take a few rows."""
+    if isinstance(values, pa.Array) or values.num_chunks == 1:
+        arr = values if isinstance(values, pa.Array) else values.chunk(0)
+        return list(arr.take(pa.array(positions, pa.int64())).to_pylist())
+    ends = np.cumsum([len(c) for c in values.chunks])
+    which = np.searchsorted(ends, positions, side="right")
+    out: list[Any] = []
+    for c in np.unique(which):  # positions are ascending: chunks come in order
+        start = int(ends[c - 1]) if c else 0
+        out.extend(values.chunk(int(c)).take(pa.array(positions[which == c] - start, pa.int64())).to_pylist())
+    return out
+
+
 def _idx_lists(rows: pa.Table | None, column: str) -> pa.ChunkedArray | None:
     if rows is None or f"idx:{column}" not in rows.column_names:
         return None
@@ -268,18 +283,28 @@ def _lists_mask(term: Term, lists: pa.Array | pa.ChunkedArray, schema: pa.Schema
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return np.ones(n, dtype=bool)
     parents = pc.list_parent_indices(lists)
-    hits = pa.table({term.column: flat, "__p": parents}).filter(term_expression(term, t))
-    out[np.asarray(hits.column("__p").to_numpy(), dtype=np.int64)] = True
+    hit = _values_mask(term, flat, t)
+    out[np.asarray(parents.to_numpy(zero_copy_only=False), dtype=np.int64)[hit]] = True
     return out
+
+
+def _values_mask(term: Term, values: pa.Array, t: pa.DataType) -> np.ndarray:
+    """Which of ``values`` satisfy ``term``: the compute kernels directly, or (a type they
+    do not take) the Arrow expression the rows get."""
+    try:
+        mask = term_mask(term, values)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        pos = pa.table({term.column: values, "__pos": pa.array(np.arange(len(values)))}).filter(
+            term_expression(term, t)).column("__pos")
+        out = np.zeros(len(values), dtype=bool)
+        out[np.asarray(pos.to_numpy(), dtype=np.int64)] = True
+        return out
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _term_mask(term: Term, values: pa.Array) -> np.ndarray:
     """Which partitions' (constant) value satisfies ``term`` (exact)."""
-    expr = term_expression(term, values.type)
-    pos = pa.table({term.column: values, "__pos": pa.array(np.arange(len(values)))}).filter(expr)
-    out = np.zeros(len(values), dtype=bool)
-    out[pos.column("__pos").to_numpy()] = True
-    return out
+    return _values_mask(term, values, values.type)
 
 
 def _index_answers(idx: ColumnIndex, op: str) -> bool:
@@ -317,12 +342,17 @@ def plan_read(
     idx_maps: dict[str, np.ndarray] = {}
     stats_rows: np.ndarray | None = None
     rows: pa.Table | None = None  # format 2: the table's files, with statistics and idx: lists
+    derived_keys: Any = None  # the file table's keys_of when its keys are derived
     if meta.files is not None:
-        rows = meta.files.for_table(table)
+        if meta.files.derived is not None:  # keys built for the kept files only
+            rows = meta.files.rows if meta.files.derived[1] == table else meta.files.rows.slice(0, 0)
+            derived_keys = meta.files.keys_of
+        else:
+            rows = meta.files.for_table(table)
         # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
         # copy of 100k labels and keys to plan, only the kept ones are taken
         labels_arr = rows.column("label")
-        keys_arr = rows.column("key")
+        keys_arr = rows.column("key") if derived_keys is None else None
         n = rows.num_rows
         if "rows" in rows.column_names and n:
             stats, stats_rows = rows, np.arange(n)
@@ -384,10 +414,13 @@ def plan_read(
         for m in conj_masks:
             keep |= m
     kept = np.flatnonzero(keep)
-    kept_arr = pa.array(kept, pa.int64())
-    kept_labels = labels_arr.take(kept_arr).to_pylist()
-    kept_keys = keys_arr.take(kept_arr).to_pylist() if keys_arr is not None else [
-        meta.file_key(lab, table) for lab in kept_labels]
+    kept_labels = _take(labels_arr, kept)
+    if keys_arr is not None:
+        kept_keys = _take(keys_arr, kept)
+    elif derived_keys is not None:
+        kept_keys = derived_keys(kept_labels)
+    else:
+        kept_keys = [meta.file_key(lab, table) for lab in kept_labels]
     values = label_values(meta, kept_labels) if meta.partition_keys else [()] * len(kept_labels)
     tasks = []
     for j, i in enumerate(kept):

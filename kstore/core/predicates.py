@@ -38,7 +38,7 @@ import pyarrow.types as pat
 from kstore.core.types import coerce_literal
 from kstore.errors import ColumnNotFoundError, InvalidPredicateError, LimitExceededError, short_repr
 
-__all__ = ["Term", "DNF", "PredicateTerm", "Predicates", "parse", "bind", "to_expression", "columns_of", "OPS", "MAX_PREDICATE_TERMS",
+__all__ = ["Term", "DNF", "PredicateTerm", "Predicates", "parse", "bind", "to_expression", "term_mask", "columns_of", "OPS", "MAX_PREDICATE_TERMS",
            "MAX_PREDICATE_VALUES"]
 
 #: A predicate has at most this many terms over all its conjunctions. Arrow's expression
@@ -370,6 +370,38 @@ def term_expression(term: Term, t: pa.DataType) -> pc.Expression:
     return {
         "==": f == s, "!=": f != s, "<": f < s, "<=": f <= s, ">": f > s, ">=": f >= s,
     }[op]
+
+
+_COMPARE = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater,
+            ">=": pc.greater_equal}
+
+
+def term_mask(term: Term, values: pa.Array) -> pa.BooleanArray:
+    """Which of ``values`` (an array of the term's column) satisfy a bound ``term``: the
+    rows :func:`term_expression` keeps (null = not kept), computed with the compute kernels
+    directly (no query plan per call: planning evaluates a term on every file's values).
+
+    >>> t = bind(parse([("x", ">", 1)]), pa.schema([("x", pa.int64())]))[0][0]
+    >>> term_mask(t, pa.array([0, 2, None])).to_pylist()
+    [False, True, False]
+    """
+    op = term.op
+    if pat.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    t = values.type
+    if op == _NEVER:
+        return pa.nulls(len(values), pa.bool_()).fill_null(False)
+    if op == "is null":
+        return pc.is_null(values, nan_is_null=False)
+    if op == "is not null":
+        return pc.is_valid(values)
+    if op in ("in", "not in"):
+        vs = [v for v in term.value if not (isinstance(v, float) and math.isnan(v))]
+        if pat.is_floating(t) and 0.0 in vs:
+            vs.append(-0.0)  # as term_expression does
+        hit = pc.is_in(values, value_set=pa.array(vs, type=t))
+        return hit.fill_null(False) if op == "in" else pc.and_(pc.invert(hit), pc.is_valid(values)).fill_null(False)
+    return _COMPARE[op](values, _scalar(term.value, t)).fill_null(False)
 
 
 def _balanced(exprs: list[pc.Expression], combine: Any) -> pc.Expression:

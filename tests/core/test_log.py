@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kstore.core import serialize
+from kstore.core import naming, serialize
 from kstore.core.filetable import FileTable
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.state import main_file_bytes
@@ -18,11 +18,26 @@ _label_text = st.text(alphabet=st.sampled_from(list('ab=/%"\\\x01\u00e4\u65e5 ')
 
 @settings(max_examples=200, deadline=None)
 @given(labels=st.lists(_label_text, max_size=6, unique=True),
-       meta_extra=st.dictionaries(st.sampled_from(["partitions", "note", "k"]), st.text(max_size=5), max_size=3))
-def test_fast_main_file_decodes_to_the_dict_form(labels, meta_extra):
+       meta_extra=st.dictionaries(st.sampled_from(["partitions", "note", "k"]), st.text(max_size=5), max_size=3),
+       derived=st.booleans())
+def test_fast_main_file_decodes_to_the_dict_form(labels, meta_extra, derived):
     """The main file built with Arrow string kernels is the JSON of ``to_dict()``, also for
-    labels that need escaping and user metadata that holds the splice marker's key."""
-    parts = {lab: {"table": f"d/table/{i}.parquet"} for i, lab in enumerate(labels)}
-    meta = DatasetMetadata.new("d", metadata=meta_extra).with_files(FileTable.from_partitions(parts))
+    labels that need escaping and user metadata that holds the splice marker's key, and for
+    a file table whose keys are derived from its labels (joined from the labels alone)."""
+    parts = {lab: {"table": f"d/table/{lab if derived else i}.parquet"} for i, lab in enumerate(labels)}
+    assume(all(_valid_key(k) for files in parts.values() for k in files.values()))
+    files = FileTable.from_partitions(parts)
+    if derived:
+        files = files.derive("d")
+        assert files.derived == ("d", "table") or not labels
+    meta = DatasetMetadata.new("d", metadata=meta_extra).with_files(files)
     assert json.loads(main_file_bytes(meta)) == json.loads(serialize.dumps(meta.to_dict(), "json"))
     assert DatasetMetadata.from_dict(json.loads(main_file_bytes(meta))).partitions == meta.partitions
+
+
+def _valid_key(key: str) -> bool:
+    try:
+        naming.validate_key(key)
+    except Exception:
+        return False
+    return True

@@ -175,3 +175,51 @@ def test_planning_over_a_replayed_chunked_file_table_matches_a_scan(store_url, o
         if any((x in value) if op == "in" else eval(f"{x} {op} {value}") for x in xs):
             holding.add(key)
     assert planned == holding  # the idx: lists are exact per file: nothing missed, nothing extra
+
+
+# ---------------------------------------------------------------------------------------
+# checkpoints written before derived keys (tests/data/checkpoint1/, real bytes of kstore
+# 53414a1): every column stored. They open, read every version, accept commits whose new
+# checkpoints leave the derivable columns out, and garbage collection works across both.
+# ---------------------------------------------------------------------------------------
+
+def _checkpoint1_ids(v: int) -> set[int]:
+    return set(range(min(v, 10) + 1)) - ({2} if v >= 11 else set())
+
+
+def test_a_dataset_with_checkpoints_of_the_earlier_layout_keeps_working(store_url):
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from kstore.core.state import DERIVED_KEY
+
+    root = Path(__file__).parents[1] / "data" / "checkpoint1"
+    st = kstore.open_store(store_url)
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and rel.startswith(("c/", "c.by-dataset")):
+            st.put(rel, path.read_bytes())
+    old_cp = pa.ipc.open_file(pa.py_buffer(st.get(naming.checkpoint_key("c", 10)))).read_all()
+    assert old_cp.column_names[:3] == ["label", "table", "key"]  # the fixture is the earlier layout
+    for v in range(12):
+        assert ids(store_url, "c", version=v) == _checkpoint1_ids(v), v
+    assert set(kstore.read_dataset(store_url, "c", predicates=[[("x", "==", 1)]])["id"]) == {1, 4, 7, 10}
+    assert [e.version for e in kstore.history(store_url, "c")] == list(range(12))
+    # commits on top, up to the next checkpoint (v20): written with derived keys
+    for i in range(12, 21):
+        kstore.update_dataset(store_url, "c", pd.DataFrame({"p": [i], "x": [i % 3], "id": [i]}))
+    new_cp = pa.ipc.open_file(pa.py_buffer(st.get(naming.checkpoint_key("c", 20)))).read_all()
+    assert DERIVED_KEY in new_cp.schema.metadata and "key" not in new_cp.column_names
+    want = _checkpoint1_ids(11) | set(range(12, 21))
+    assert ids(store_url, "c") == want
+    assert ids(store_url, "c", version=11) == _checkpoint1_ids(11) and ids(store_url, "c", version=15) == (
+        _checkpoint1_ids(11) | set(range(12, 16)))
+    plan = kstore.open_dataset(store_url, "c").plan(predicates=[[("x", "==", 2)]])
+    assert sorted(plan.keys) == sorted(k for k in st.iter_prefix("c/table/") if k.endswith(".parquet") and any(
+        f"p={p}/" in k for p in want if p % 3 == 2))
+    # garbage collection across both layouts: everything but the newest version goes
+    kstore.garbage_collect(store_url, "c", **ZERO)
+    assert ids(store_url, "c") == want
+    data_keys = {k for k in st.iter_prefix("c/table/") if k.endswith(".parquet")}
+    assert data_keys == set(kstore.open_dataset(store_url, "c").plan().keys)

@@ -8,8 +8,10 @@ and files that lack a column or hold another type; every read runs twice, with
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -27,6 +29,7 @@ from tests.drivers.test_read_property import expected_rows, frames, predicates
 
 _counter = itertools.count()
 _ROOT = tempfile.mkdtemp(prefix="kstore-scan-")
+atexit.register(shutil.rmtree, _ROOT, True)  # hypothesis runs many examples: one root, removed at exit
 
 
 def _both(fn):

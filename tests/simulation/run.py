@@ -10,6 +10,8 @@ with ``--start SEED --schedules 1``.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -24,7 +26,8 @@ MODES = {
 }
 
 
-def store_factory(kind: str):
+def store_factory(kind: str, root: str | None = None):
+    """A store per schedule; a local one in a new directory under ``root``."""
     if kind == "memory":
         from kstore.io.memory import MemoryStore
 
@@ -32,7 +35,7 @@ def store_factory(kind: str):
     if kind == "local":
         from kstore.io.local import LocalStore
 
-        return lambda: LocalStore(tempfile.mkdtemp(prefix="kstore-sim-"))
+        return lambda: LocalStore(tempfile.mkdtemp(prefix="kstore-sim-", dir=root))
     raise SystemExit(f"unknown store {kind!r} (memory, local; S3 runs in the pytest suite)")
 
 
@@ -43,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--mode", choices=sorted(MODES), default="default")
     args = ap.parse_args(argv)
-    make = store_factory(args.store)
+    root = tempfile.mkdtemp(prefix="kstore-sim-run-")  # removed unless a schedule fails
+    make = store_factory(args.store, root)
     faults: Counter = Counter()
     outcomes: Counter = Counter()
     committed: Counter = Counter()
@@ -55,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             stats = Simulation(seed, make, MODES[args.mode]).run()
         except Violation as exc:
             print(exc, file=sys.stderr)
+            print(f"the failing schedule's store is kept under {root}", file=sys.stderr)
             return 1
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root, exist_ok=True)
         faults.update(stats.faults)
         outcomes.update(stats.outcomes)
         committed.update(stats.committed)
@@ -63,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         reads += stats.reads_checked
         if stats.steps > longest[0]:
             longest = (stats.steps, seed)
+    shutil.rmtree(root, ignore_errors=True)
     print(f"{args.schedules} schedules ({args.store}, {args.mode}) in {time.perf_counter() - t0:.0f} s, 0 violations")
     print(f"faults injected: {dict(sorted(faults.items()))} (total {sum(faults.values())})")
     print(f"operations: {dict(sorted(outcomes.items()))}; versions committed: {versions}; reads checked: {reads}")

@@ -49,10 +49,10 @@ def _chunks() -> list[tuple[str, str, int]]:
     return out
 
 
-def _store(kind: str) -> Callable[[], Any]:
+def _store(kind: str, root: Any) -> Callable[[], Any]:
     if kind == "memory":
         return MemoryStore
-    return lambda: LocalStore(tempfile.mkdtemp(prefix="kstore-sim-"))
+    return lambda: LocalStore(tempfile.mkdtemp(prefix="kstore-sim-", dir=root))
 
 
 def _run(seeds: range, make: Callable[[], Any], config: Config) -> list[Stats]:
@@ -60,10 +60,10 @@ def _run(seeds: range, make: Callable[[], Any], config: Config) -> list[Stats]:
 
 
 @pytest.mark.parametrize(("kind", "mode", "start"), _chunks(), ids=lambda v: str(v))
-def test_schedules(kind, mode, start):
+def test_schedules(kind, mode, start, tmp_path):
     n = min(CHUNK, BUDGET[(kind, mode)] - start)
     offset = 1_000_000 if mode != "default" else 0  # other seeds than the default mode's
-    stats = _run(range(offset + start, offset + start + n), _store(kind), MODES[mode])
+    stats = _run(range(offset + start, offset + start + n), _store(kind, tmp_path), MODES[mode])
     assert len(stats) == n
     # the schedules did exercise faults, kills, commits and reads
     faults = sum((s.faults for s in stats), start=type(stats[0].faults)())
