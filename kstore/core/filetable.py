@@ -259,6 +259,9 @@ class FileTable:
         if len(flat) == 0:
             return ColumnIndex.empty(column, vtype)
         parents = pc.list_parent_indices(lists)
+        if self.single_table():  # one row per label: the rows are the label ids
+            return ColumnIndex.build_ids(column, flat, parents.to_numpy(zero_copy_only=False),
+                                         self.labels.combine_chunks())
         return ColumnIndex.build(column, flat, self.labels.combine_chunks().take(parents))
 
     def unindexed_labels(self, column: str) -> list[str]:

@@ -48,6 +48,24 @@ def _int_range(t: pa.DataType) -> tuple[int, int]:
 __all__ = ["ColumnIndex", "index_storage_type"]
 
 
+def _index_values(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.DataType]:
+    """Index values in their storage type (:func:`index_storage_type`): dictionaries
+    decoded, nanoseconds floored to microseconds, -0.0 as 0.0."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    vtype = index_storage_type(values.type)
+    if pat.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if pat.is_timestamp(values.type) and values.type.unit == "ns":
+        # floor (not truncate toward zero) so pre-1970 values stay below their true value
+        values = pc.floor_temporal(values, unit="microsecond")
+        values = values.cast(pa.timestamp("us", values.type.tz), safe=False)
+    values = values.cast(vtype) if not values.type.equals(vtype) else values
+    if pat.is_floating(vtype):
+        values = pc.add(values, pa.scalar(0.0, vtype))  # -0.0 -> 0.0 (IEEE equal)
+    return values, vtype
+
+
 def index_storage_type(t: pa.DataType) -> pa.DataType:
     """Value type of an index file: normalized, timestamps as ``timestamp[us]`` (tz kept)."""
     return normalize_type(t)
@@ -86,20 +104,9 @@ class ColumnIndex:
     @classmethod
     def build(cls, column: str, values: pa.Array, labels: pa.Array) -> ColumnIndex:
         """Index from parallel arrays: ``values[i]`` occurs in partition ``labels[i]``."""
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
         if isinstance(labels, pa.ChunkedArray):
             labels = labels.combine_chunks()
-        vtype = index_storage_type(values.type)
-        if pat.is_dictionary(values.type):
-            values = values.dictionary_decode()
-        if pat.is_timestamp(values.type) and values.type.unit == "ns":
-            # floor (not truncate toward zero) so pre-1970 values stay below their true value
-            values = pc.floor_temporal(values, unit="microsecond")
-            values = values.cast(pa.timestamp("us", values.type.tz), safe=False)
-        values = values.cast(vtype) if not values.type.equals(vtype) else values
-        if pat.is_floating(vtype):
-            values = pc.add(values, pa.scalar(0.0, vtype))  # -0.0 -> 0.0 (IEEE equal)
+        values, vtype = _index_values(values)
         labels = labels.cast(pa.string())
         keep = pc.is_valid(values)
         if labels.null_count:
@@ -108,9 +115,34 @@ class ColumnIndex:
         if table.num_rows == 0:
             return cls.empty(column, vtype)
         enc = table.column("l").combine_chunks().dictionary_encode()
-        label_dict = enc.dictionary
-        ids = enc.indices.cast(pa.int64())
-        pairs = pa.table({"v": table.column("v"), "i": ids})
+        return cls._grouped(column, vtype, table.column("v"), enc.indices.cast(pa.int64()), enc.dictionary)
+
+    @classmethod
+    def build_ids(cls, column: str, values: pa.Array, ids: np.ndarray, names: pa.Array) -> ColumnIndex:
+        """Index from ``values[i]`` occurring in partition ``names[ids[i]]``, for ``names``
+        that are unique and ``ids`` that are ascending (a file table's ``idx:`` lists read
+        the other way round): the same index as :meth:`build` over ``names.take(ids)``,
+        without building and hashing one label string per value.
+
+        >>> idx = ColumnIndex.build_ids("x", pa.array([5, 7, 5]), np.array([0, 0, 2]), pa.array(["a", "b", "c"]))
+        >>> idx.lookup("==", 5).tolist(), idx.labels.to_pylist()
+        ([0, 1], ['a', 'c'])
+        """
+        values, vtype = _index_values(values)
+        keep = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
+        values = values.filter(pa.array(keep))
+        ids = np.asarray(ids, dtype=np.int64)[keep]
+        if len(values) == 0:
+            return cls.empty(column, vtype)
+        used, local = np.unique(ids, return_inverse=True)  # first-occurrence order, as build's encoding
+        return cls._grouped(column, vtype, values, pa.array(local.astype(np.int64)),
+                            names.take(pa.array(used)).cast(pa.string()))
+
+    @classmethod
+    def _grouped(cls, column: str, vtype: pa.DataType, values: pa.Array | pa.ChunkedArray, ids: pa.Array,
+                 label_dict: pa.Array) -> ColumnIndex:
+        """The index of (value, label id) pairs: sorted, duplicates dropped, grouped."""
+        pairs = pa.table({"v": values, "i": ids})
         order = pc.sort_indices(pairs, sort_keys=[("v", "ascending"), ("i", "ascending")])
         v = pairs.column("v").combine_chunks().take(order)
         i = ids.to_numpy(zero_copy_only=False)[order.to_numpy(zero_copy_only=False)]

@@ -505,3 +505,30 @@ def test_lookups_over_values_python_datetimes_cannot_hold():
     idx = ColumnIndex.build("d", days, pa.array(["a", "b", "c", "d"]))
     assert idx.lookup_labels(">=", dt.date(2022, 1, 8)) == ["c", "d"]  # day 19,000
     assert idx.lookup_labels("!=", dt.date(1970, 1, 1)) == ["a", "c", "d"]
+
+
+@pytest.mark.parametrize("domain", sorted(ALL_TYPES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_build_from_label_ids_equals_build_from_label_strings(domain, data):
+    """``build_ids`` (a file table's idx: lists: ascending row ids into unique labels, some
+    labels without values) is the same index as ``build`` over the label strings: values,
+    groups, label order, label ids and the on-disk table."""
+    t, values = ALL_TYPES[domain]
+    if domain == "float64":
+        values = values | st.just(math.nan)
+    n_labels = data.draw(st.integers(1, 6))
+    ids = sorted(data.draw(st.lists(st.integers(0, n_labels - 1), max_size=20)))
+    vals = data.draw(st.lists(values, min_size=len(ids), max_size=len(ids)))
+    if domain == "ts":
+        arr = pa.array([None if v is None else v.value // 1000 for v in vals], pa.int64()).cast(t)
+    else:
+        arr = pa.array(vals, type=t)
+    names = pa.array([f"p={k}/f" for k in range(n_labels)], pa.string())
+    a = ColumnIndex.build("c", arr, names.take(pa.array(ids, pa.int64())))
+    b = ColumnIndex.build_ids("c", arr, np.array(ids, dtype=np.int64), names)
+    assert b.labels.to_pylist() == a.labels.to_pylist()
+    assert b.label_ids.tolist() == a.label_ids.tolist() and b.offsets.tolist() == a.offsets.tolist()
+    assert [_nan_key(v) for v in b.values.to_pylist()] == [_nan_key(v) for v in a.values.to_pylist()]
+    rows = [[(_nan_key(r["c"]), r["partition"]) for r in i.to_table().to_pylist()] for i in (a, b)]
+    assert rows[0] == rows[1] and b.to_table().schema.equals(a.to_table().schema)
