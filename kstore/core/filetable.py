@@ -65,10 +65,12 @@ def derived_keys(labels: pa.Array | pa.ChunkedArray, dataset_uuid: str, table_na
     >>> derived_keys(pa.array(["p=1/a"]), "d", "table").to_pylist()
     ['d/table/p=1/a.parquet']
     """
+    from kstore.core import naming
+
     chunks = labels.chunks if isinstance(labels, pa.ChunkedArray) else [labels]
-    prefix = f"{dataset_uuid}/{table_name}/"
+    prefix = naming.table_prefix(dataset_uuid, table_name)
     out = [pc.binary_replace_slice(pc.binary_replace_slice(c, start=0, stop=0, replacement=prefix),
-                                   start=1 << 40, stop=1 << 40, replacement=".parquet") for c in chunks]
+                                   start=1 << 40, stop=1 << 40, replacement=naming.DATA_SUFFIX) for c in chunks]
     return pa.chunked_array(out, pa.string())
 
 
@@ -115,9 +117,7 @@ class FileTable:
 
     def _same_kind(self, rows: pa.Table) -> FileTable:
         """A table of ``rows`` of the same kind as this one (derived keys or not)."""
-        if self._derived is None:
-            return FileTable(rows)
-        return FileTable.with_derived_keys(rows, *self._derived)
+        return _restore(rows, self._derived)
 
     @property
     def derived(self) -> tuple[str, str] | None:
@@ -143,10 +143,12 @@ class FileTable:
 
     def keys_of(self, labels: Sequence[str]) -> list[str]:
         """The keys of the (first) files of ``labels`` of a table with derived keys."""
+        from kstore.core import naming
+
         if self._derived is None:
             raise ValueError("keys_of: this file table stores its keys")
-        uuid, name = self._derived
-        return [f"{uuid}/{name}/{label}.parquet" for label in labels]
+        prefix = naming.table_prefix(*self._derived)  # naming.data_key without its per-key checks:
+        return [prefix + label + naming.DATA_SUFFIX for label in labels]  # the labels were screened
 
     def derive(self, dataset_uuid: str) -> FileTable:
         """This table with derived keys when every file's key is derivable (one table,
