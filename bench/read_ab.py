@@ -1,6 +1,8 @@
-"""R1/R2 before/after in one process: kstore's multi-file scan against its per-file path
-(``kstore.blocks.read.MULTI_FILE_SCAN`` off), pyarrow and DuckDB, interleaved per repetition
-(a shared box slows every case alike), medians.
+"""R1/R2 before/after in one process, interleaved per repetition (a shared box slows every
+case alike), medians: for R1 kstore's bounded-memory pandas read (``kstore.blocks.frame``)
+against the whole Arrow table converted (``to_pandas(read_plan(...))``); for R2 kstore's
+multi-file scan against its per-file path (``kstore.blocks.read.MULTI_FILE_SCAN`` off);
+pyarrow and DuckDB beside them.
 
     python bench/throughput.py --steps W1 --repeats 1 --workdir /dev/shm/kt   # the data, once
     python bench/read_ab.py /dev/shm/kt 9 R1,R2
@@ -48,7 +50,11 @@ def main() -> None:
         cases["R1 pyarrow.dataset"] = lambda: ds.dataset(
             work + "/kstore/sales/table", format="parquet", partitioning=hive).to_table().to_pandas()
         cases["R1 pq.read_table"] = lambda: pq.read_table(work + "/kstore/sales/table", partitioning=hive).to_pandas()
-        cases["R1 kstore old"] = per_file(r1)
+        def r1_arrow() -> object:
+            snap = kstore.open_dataset(work + "/kstore", "sales")
+            plan = snap.plan()
+            return R.to_pandas(R.read_plan(snap.store, plan), plan.schema)
+        cases["R1 kstore old"] = r1_arrow
         cases["R1 kstore new"] = r1
     if "R2" in steps:
         for lab, p in (("", work + "/kstore"), ("c", work + "/kstore_c")):

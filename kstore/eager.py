@@ -14,13 +14,14 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 import pandas as pd
 import pyarrow as pa
 
 from kstore.blocks import load
+from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
     finish_write,
     prepare_write,
@@ -42,6 +43,8 @@ from kstore.errors import (
 )
 from kstore.io.progress import ProgressLike, is_data_file, tracked
 from kstore.io.store import Store, StoreLike, open_store
+
+T = TypeVar("T")
 
 __all__ = [
     "store_dataset",
@@ -391,20 +394,24 @@ def read_table(
     >>> kstore.read_table("memory://table-doc", "d", columns=["x"], predicates=[[("x", ">", 5)]]).to_pylist()
     [{'x': 6}]
     """
-    return _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)[1]
+    st = open_store(store)
+    return _plan_and_read(st, dataset_uuid, predicates, columns, version, as_of, table,
+                          lambda plan, meta: read_plan(st, plan, columns))
 
 
 def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns: Sequence[str] | None,
-                   version: int | None, as_of: AsOf, table: str | None) -> tuple[ReadPlan, pa.Table]:
-    """Plan and read; a read of the newest version that finds a planned file gone (garbage
-    collection at a short retention expired the version after a newer one was committed)
-    plans again on the newer version. A pinned version that expired while it was read is a
-    :class:`~kstore.errors.VersionNotFoundError`, not damage."""
+                   version: int | None, as_of: AsOf, table: str | None,
+                   read: Callable[[ReadPlan, DatasetMetadata], T]) -> T:
+    """Plan and ``read(plan, metadata)``; a read of the newest version that finds a planned
+    file gone (garbage collection at a short retention expired the version after a newer one
+    was committed) plans again on the newer version. A pinned version that expired while it
+    was read is a :class:`~kstore.errors.VersionNotFoundError`, not damage."""
     for _ in range(_READ_ATTEMPTS):
         plan = None
         try:
-            plan = plan_read(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)
-            return plan, read_plan(st, plan, columns)
+            snap = open_dataset(st, dataset_uuid, version=version, as_of=as_of)
+            plan = snap.plan(columns, predicates, table=table)
+            return read(plan, snap.metadata)
         except CorruptMetadataError as exc:
             if not isinstance(exc.__cause__, KeyNotFoundError):
                 raise
@@ -531,10 +538,13 @@ def read_dataset(
     >>> kstore.read_dataset("memory://read-doc", "d", as_arrow=True).num_rows
     2
     """
-    plan, result = _plan_and_read(open_store(store), dataset_uuid, predicates, columns, version, as_of, table)
+    st = open_store(store)
     if as_arrow:
-        return result
-    return to_pandas(result, plan.schema, categoricals=categoricals, dates_as_object=dates_as_object)
+        return _plan_and_read(st, dataset_uuid, predicates, columns, version, as_of, table,
+                              lambda plan, meta: read_plan(st, plan, columns))
+    return _plan_and_read(st, dataset_uuid, predicates, columns, version, as_of, table,
+                          lambda plan, meta: read_frame(st, plan, columns, planned_rows(meta, plan),
+                                                        categoricals=categoricals, dates_as_object=dates_as_object))
 
 
 def iter_dataset(

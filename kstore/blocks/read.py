@@ -72,8 +72,11 @@ def read_task(
     plan: ReadPlan,
     task: ReadTask,
     columns: Sequence[str] | None = None,
+    *,
+    memory_pool: pa.MemoryPool | None = None,
 ) -> pa.Table:
-    """Read one planned file: projected, row-group pruned, exactly filtered, typed."""
+    """Read one planned file: projected, row-group pruned, exactly filtered, typed
+    (decoded into ``memory_pool``, default Arrow's)."""
     rschema = read_schema(plan.schema)
     columns = list(columns if columns is not None else plan.columns)
     pvalues = dict(task.partition_values)
@@ -94,10 +97,11 @@ def read_task(
             can_push = (expr is not None and all(c in physical.names for c in residual_cols)
                         and nan_safe(task.residual, rschema))
             try:
-                table = fragment.to_table(columns=present, filter=expr if can_push else None)
+                table = fragment.to_table(columns=present, filter=expr if can_push else None,
+                                          memory_pool=memory_pool)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 can_push = False
-                table = fragment.to_table(columns=present)
+                table = fragment.to_table(columns=present, memory_pool=memory_pool)
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise CorruptMetadataError(
                 f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"
@@ -277,14 +281,15 @@ def to_pandas(
     return table.to_pandas(date_as_object=dates_as_object, types_mapper=types_mapper)
 
 
-_NULLABLE = {"Int64", "UInt64", "boolean", "Float64"}
+#: pandas dtypes (``numpy_type`` in the pandas metadata) read as nullable whatever the data
+NULLABLE_NUMPY_TYPES = {"Int64", "UInt64", "boolean", "Float64"}
 
 
 def _pandas_col(entry: dict[str, Any] | None, f: pa.Field, nullable: bool = False) -> dict[str, Any]:
     from kstore.core.types import pandas_metadata
 
     fresh: dict[str, Any] = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
-    if entry is not None and entry.get("numpy_type") in _NULLABLE:
+    if entry is not None and entry.get("numpy_type") in NULLABLE_NUMPY_TYPES:
         fresh["numpy_type"] = entry["numpy_type"]
     elif nullable and pat.is_integer(f.type):
         # an integer column with missing values stays integer: pandas' nullable dtype

@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from kstore.blocks import load
-from kstore.blocks.read import read_plan, to_pandas
+from kstore.blocks.frame import planned_rows, read_frame
+from kstore.blocks.read import read_plan
 from kstore.core.arguments import as_columns
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import ColumnIndex
@@ -370,8 +371,14 @@ class Snapshot:
            p  x
         0  2  6
         """
-        result = self.read_table(columns, predicates, table=table)
-        return to_pandas(result, self.schema(table), categoricals=categoricals, dates_as_object=dates_as_object)
+        plan = self.plan(columns, predicates, table=table)
+        try:
+            return read_frame(self.store, plan, columns, planned_rows(self.metadata, plan),
+                              categoricals=categoricals, dates_as_object=dates_as_object)
+        except CorruptMetadataError as exc:
+            if isinstance(exc.__cause__, KeyNotFoundError):
+                raise_if_expired(self.store, self.dataset_uuid, self.version, exc)
+            raise
 
     # -- other engines ---------------------------------------------------------------------
 
