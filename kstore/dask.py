@@ -60,7 +60,7 @@ from kstore.blocks.compact import (
 )
 from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
-from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
+from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import AsOf
 from kstore.core.metadata import DatasetMetadata
@@ -190,6 +190,7 @@ class _WritePartition:
                     store, self.dataset_uuid, part, partition_on=self.partition_on,
                     index_columns=self.index_columns, table_name=self.table_name,
                     file_id=_file_id(self.token, number, bucket), options=self.options,
+                    max_workers=ENGINE_TASK_THREADS,
                 ))
         except BaseException:
             _delete(store, [f.key for f in files])

@@ -136,15 +136,20 @@ class ColumnIndex:
             return cls.empty(column, vtype)
         used, local = np.unique(ids, return_inverse=True)  # first-occurrence order, as build's encoding
         return cls._grouped(column, vtype, values, pa.array(local.astype(np.int64)),
-                            names.take(pa.array(used)).cast(pa.string()))
+                            names.take(pa.array(used)).cast(pa.string()), ids_ascending=True)
 
     @classmethod
     def _grouped(cls, column: str, vtype: pa.DataType, values: pa.Array | pa.ChunkedArray, ids: pa.Array,
-                 label_dict: pa.Array) -> ColumnIndex:
-        """The index of (value, label id) pairs: sorted, duplicates dropped, grouped."""
-        pairs = pa.table({"v": values, "i": ids})
-        order = pc.sort_indices(pairs, sort_keys=[("v", "ascending"), ("i", "ascending")])
-        v = pairs.column("v").combine_chunks().take(order)
+                 label_dict: pa.Array, *, ids_ascending: bool = False) -> ColumnIndex:
+        """The index of (value, label id) pairs: sorted, duplicates dropped, grouped. With
+        ``ids_ascending`` (the pairs come in label id order) a stable sort by value alone
+        gives the (value, id) order."""
+        if ids_ascending:
+            order = pc.sort_indices(values)  # stable: equal values keep their (ascending) id order
+        else:
+            pairs = pa.table({"v": values, "i": ids})
+            order = pc.sort_indices(pairs, sort_keys=[("v", "ascending"), ("i", "ascending")])
+        v = (values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values).take(order)
         i = ids.to_numpy(zero_copy_only=False)[order.to_numpy(zero_copy_only=False)]
         if len(v) > 1:  # drop repeated (value, partition) pairs: they are adjacent now
             a, b = v.slice(1), v.slice(0, len(v) - 1)

@@ -49,7 +49,7 @@ from kstore.blocks.job import WriteJob as CoreJob
 from kstore.blocks.job import check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
 from kstore.blocks.scope import resolve_scope
-from kstore.blocks.write import WrittenFile, write_partitions
+from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -452,7 +452,7 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
         for table in _chunks(batches, job.file_schema, job.chunk_bytes):
             files = write_partitions(store, job.dataset_uuid, table, partition_on=job.partition_on,
                                      index_columns=job.index_columns, table_name=job.table_name,
-                                     options=job.core.options)
+                                     options=job.core.options, max_workers=ENGINE_TASK_THREADS)
             written.extend(files)
             yield files
     except BaseException:
