@@ -59,6 +59,7 @@ __all__ = [
     "write_partitions",
     "delete_files",
     "write_index_file",
+    "index_file_bytes",
     "write_stats_file",
     "write_common_metadata",
     "common_metadata_bytes",
@@ -476,11 +477,42 @@ def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataTy
     return ColumnIndex.build(column, pa.concat_arrays(vals), pa.concat_arrays(labels))
 
 
+def _parquet_native(t: pa.DataType) -> bool:
+    """Types a Parquet reader restores exactly without the stored Arrow schema."""
+    return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_string(t)
+                or pat.is_binary(t) or pat.is_date32(t) or (pat.is_timestamp(t) and t.tz is None))
+
+
+def index_file_bytes(index: ColumnIndex) -> bytes:
+    """An index in kartothek's on-disk format: ``<column>`` values and ``partition``, a
+    ``list<string>`` of labels per value.
+
+    The labels go to the writer dictionary-encoded (the index's label ids into its unique
+    labels) instead of one string per (value, label) pair for the writer to hash again:
+    Parquet stores dictionary-encoded strings either way, and readers get
+    ``list<string>`` back. Without the stored Arrow schema (which would say
+    "dictionary"), so only for value types Parquet restores exactly by itself; others are
+    written from the strings.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, io
+    >>> idx = ColumnIndex.build("x", pa.array([1, 2, 1]), pa.array(["a", "a", "b"]))
+    >>> pq.read_table(io.BytesIO(index_file_bytes(idx))).to_pydict()
+    {'x': [1, 2], 'partition': [['a', 'b'], ['a']]}
+    """
+    sink = io.BytesIO()
+    if _parquet_native(index.values.type) and pat.is_string(index.labels.type):
+        labels = pa.DictionaryArray.from_arrays(pa.array(index.label_ids, pa.int32()), index.labels)
+        lists = pa.ListArray.from_arrays(pa.array(index.offsets.astype(np.int32)), labels)
+        table = pa.table({index.column: index.values, "partition": lists})
+        pq.write_table(table, sink, compression="snappy", store_schema=False)
+    else:
+        pq.write_table(index.to_table(), sink, compression="snappy")
+    return sink.getvalue()
+
+
 def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str:
     """Write an index in the on-disk format under a fresh key; returns the key."""
-    sink = io.BytesIO()
-    pq.write_table(index.to_table(), sink, compression="snappy")
-    payload = sink.getvalue()
+    payload = index_file_bytes(index)
     now = runtime.current().now()
     for step in range(1_000_000):  # a fresh timestamp per file; a collision moves on by 1 us
         key = naming.index_key(dataset_uuid, index.column,
