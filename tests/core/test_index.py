@@ -265,10 +265,8 @@ def test_timestamp_index_from_nanosecond_data():
 ALL_TYPES = {**{k: v[:2] for k, v in DOMAINS.items()}, "ts": (pa.timestamp("us", "UTC"), ts_us("UTC"))}
 
 
-@pytest.mark.parametrize("domain", sorted(ALL_TYPES))
-@settings(max_examples=60, deadline=None)
-@given(data=st.data())
-def test_build_invariants_and_table_round_trip(domain, data):
+def _draw_pairs(domain: str, data) -> tuple[pa.DataType, pa.Array, list[str]]:
+    """(type, values, labels): parallel (value, label) pairs of ``domain`` (NaN among floats)."""
     t, values = ALL_TYPES[domain]
     if domain == "float64":
         values = values | st.just(math.nan)
@@ -277,6 +275,14 @@ def test_build_invariants_and_table_round_trip(domain, data):
         arr = pa.array([None if v is None else v.value // 1000 for v in vals], pa.int64()).cast(t)
     else:
         arr = pa.array(vals, type=t)
+    return t, arr, labels
+
+
+@pytest.mark.parametrize("domain", sorted(ALL_TYPES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_build_invariants_and_table_round_trip(domain, data):
+    t, arr, labels = _draw_pairs(domain, data)
     idx = ColumnIndex.build("c", arr, pa.array(labels, pa.string()))
     want = expected_pairs(arr.to_pylist(), labels)
     assert index_pairs(idx) == want
@@ -548,14 +554,7 @@ def test_index_file_reads_back_as_the_plain_table(domain, data):
 
     from kstore.blocks.write import index_file_bytes
 
-    t, values = ALL_TYPES[domain]
-    if domain == "float64":
-        values = values | st.just(math.nan)
-    vals, labels = data.draw(pair_lists(values))
-    if domain == "ts":
-        arr = pa.array([None if v is None else v.value // 1000 for v in vals], pa.int64()).cast(t)
-    else:
-        arr = pa.array(vals, type=t)
+    t, arr, labels = _draw_pairs(domain, data)
     idx = ColumnIndex.build("c", arr, pa.array(labels, pa.string()))
     got = pq.read_table(io.BytesIO(index_file_bytes(idx)))
     plain = idx.to_table()
