@@ -45,6 +45,8 @@ import pyarrow as pa
 import kstore
 from kstore.blocks import load
 from kstore.blocks.commit import BASE_MAX_AGE
+from kstore.blocks.frame import planned_rows, read_frame
+from kstore.blocks.read import read_plan
 from kstore.core import naming, runtime, serialize
 from kstore.core.log import LOG_MIN_AGE
 from kstore.eager import _plan_and_read
@@ -648,8 +650,19 @@ class Simulation:
                 known = sorted(v for v, s in self.observer.snapshots.items() if s is not None)
                 version = self.rng.choice(known) if known else None
             newest_at_start = max(self.observer.snapshots, default=None)
+            # half the reads through the Arrow table, half into pandas (the bounded-memory
+            # path when no row is filtered: one scan or file by file into numpy columns)
+            as_frame = self.rng.random() < 0.5
+
+            def read(plan: Any, meta: Any, st: Any = st, as_frame: bool = as_frame) -> tuple[Any, Rows]:
+                if as_frame:
+                    df = read_frame(st, plan, None, planned_rows(meta, plan))
+                    return plan, frozenset(zip(df["rid"].tolist(), df["p"].tolist(), df["x"].tolist()))
+                return plan, rows_of(read_plan(st, plan))
+
             try:
-                plan, table = _plan_and_read(st, UUID, [[predicate]] if predicate else None, None, version, None, None)
+                plan, rows = _plan_and_read(st, UUID, [[predicate]] if predicate else None, None, version, None, None,
+                                            read)
             except Killed:
                 return
             except StoreError:
@@ -662,7 +675,7 @@ class Simulation:
                 self.errors.append(f"{name} read of version {version}: {type(exc).__name__}: {exc}\n"
                                    f"{traceback.format_exc()}")
                 continue
-            self.observer.check_read(plan.version, rows_of(table), predicate)
+            self.observer.check_read(plan.version, rows, predicate)
             self.stats.reads_checked += 1
 
     def _check_read_error(self, version: int | None, exc: Exception, newest_at_start: int | None) -> None:
