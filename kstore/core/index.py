@@ -134,7 +134,11 @@ class ColumnIndex:
         ids = np.asarray(ids, dtype=np.int64)[keep]
         if len(values) == 0:
             return cls.empty(column, vtype)
-        used, local = np.unique(ids, return_inverse=True)  # first-occurrence order, as build's encoding
+        # the used ids and each pair's position among them (ascending: one pass, no sort)
+        new = np.empty(len(ids), dtype=bool)
+        new[0] = True
+        np.not_equal(ids[1:], ids[:-1], out=new[1:])
+        used, local = ids[new], np.cumsum(new) - 1
         return cls._grouped(column, vtype, values, pa.array(local.astype(np.int64)),
                             names.take(pa.array(used)).cast(pa.string()), ids_ascending=True)
 
