@@ -23,11 +23,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from kstore.core.planning import ReadPlan
-from kstore.core.types import read_schema
+from kstore.core.runtime import parallel_map
+from kstore.core.types import duplicate_names, read_schema
 from kstore.io.arrowfs import filesystem_paths
 from kstore.io.store import Store
 
-__all__ = ["plan_dataset", "partition_expression"]
+__all__ = ["plan_dataset", "partition_expression", "has_duplicate_columns"]
 
 _FORMAT = ds.ParquetFileFormat()
 
@@ -58,3 +59,18 @@ def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = N
                   for t in plan.tasks]
     return ds.FileSystemDataset.from_paths(paths, schema=schema, format=_FORMAT, filesystem=fs,
                                            partitions=partitions)
+
+
+def has_duplicate_columns(dataset: ds.FileSystemDataset, max_workers: int | None = None) -> bool:
+    """Whether a file of ``dataset`` repeats a column name (a scan would read its first
+    match silently). Reads every footer, in parallel (the fragments keep them: the scan
+    that follows reads none again).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> d = tempfile.mkdtemp(); pq.write_table(pa.table({"x": [1]}), os.path.join(d, "f.parquet"))
+    >>> has_duplicate_columns(ds.dataset(d))
+    False
+    """
+    fragments = list(dataset.get_fragments())
+    return any(parallel_map(lambda f: bool(duplicate_names(f.physical_schema.names)), fragments,
+                            max_workers=max_workers))

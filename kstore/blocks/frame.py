@@ -37,7 +37,7 @@ from kstore.core.arguments import as_columns
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.runtime import parallel_map, pool_size
-from kstore.core.types import duplicate_names, read_schema, schema_pandas_metadata
+from kstore.core.types import read_schema, schema_pandas_metadata
 from kstore.io.store import Store
 
 if TYPE_CHECKING:
@@ -169,16 +169,16 @@ def _scan_local(store: Store, plan: ReadPlan, names: Sequence[str], cols: list[_
     next rows. False when the scan does not fit (not a plain local store, a file with
     duplicated column names) or fails: the caller then reads file by file, which also
     raises the precise error."""
-    from kstore.blocks.arrow import plan_dataset
+    from kstore.blocks.arrow import has_duplicate_columns, plan_dataset
     from kstore.io.arrowfs import is_plain_local
 
     if not is_plain_local(store):
         return False
     try:
         dataset = plan_dataset(store, plan, names)
-        fragments = list(dataset.get_fragments())
-        if any(duplicate_names(f.physical_schema.names) for f in fragments):
+        if has_duplicate_columns(dataset, max_workers):
             return False
+        fragments = list(dataset.get_fragments())
         task_of = {f.path: i for i, f in enumerate(fragments)}
         seen = [0] * len(fragments)
         threads = pool_size(len(fragments), max_workers, cpu_bound=True)

@@ -24,7 +24,7 @@ from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map, pool_size
-from kstore.core.types import duplicate_names, read_schema, read_type, schema_pandas_metadata
+from kstore.core.types import read_schema, read_type, schema_pandas_metadata
 from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTypeError
 from kstore.io.store import Store
 
@@ -169,7 +169,7 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     tasks with different residuals or partition columns) or the scan fails; the caller then
     reads file by file, which also raises the precise error.
     """
-    from kstore.blocks.arrow import plan_dataset
+    from kstore.blocks.arrow import has_duplicate_columns, plan_dataset
     from kstore.io.arrowfs import is_plain_local
 
     if not MULTI_FILE_SCAN:
@@ -196,7 +196,7 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
         expr = to_expression(residual, rschema) if residual else None
         # a file with duplicated column names would be read silently (its first match): leave
         # it to the per-file path, which names it (reads each footer once; the scan reuses it)
-        if any(duplicate_names(f.physical_schema.names) for f in dataset.get_fragments()):
+        if has_duplicate_columns(dataset, max_workers):
             return None
         threads = pool_size(len(tasks), max_workers, cpu_bound=True) > 1
         table = dataset.to_table(columns=columns, filter=expr, use_threads=threads)
