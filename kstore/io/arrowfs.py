@@ -96,7 +96,7 @@ def filesystem_paths(store: Store, keys: Sequence[str]) -> tuple[pafs.FileSystem
     and absolute paths for a plain :class:`~kstore.io.local.LocalStore` (its ``open`` not
     overridden), else :class:`StoreFileSystem` and the keys."""
     if is_plain_local(store):
-        return _local_fs(), [store.file_path(k) for k in keys]
+        return _local_fs(), store.file_paths(keys)
     return pafs.PyFileSystem(StoreFileSystem(store)), list(keys)
 
 

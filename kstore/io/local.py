@@ -24,7 +24,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, TypeVar
 
 from kstore.core.naming import validate_key
@@ -128,6 +128,45 @@ class LocalStore:
         True
         """
         return self._path(key)
+
+    def file_paths(self, keys: Sequence[str]) -> list[str]:
+        """:meth:`file_path` of many keys, each directory on their way checked once (a
+        scan of 100 files in 100 partition directories: 2 ``lstat`` calls a file instead
+        of a ``realpath`` of the whole path each).
+
+        Raises
+        ------
+        StoreError
+            A key is, or lies below, a symbolic link.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> store = LocalStore(tempfile.mkdtemp())
+        >>> store.file_paths(["a/1.parquet", "a/2.parquet"]) == [store.file_path("a/1.parquet"), store.file_path("a/2.parquet")]
+        True
+        """
+        checked: set[str] = set()  # directories below the root that are no link
+        out = []
+        for key in keys:
+            validate_key(key)
+            parts = key.split("/")
+            path = os.path.join(self.root, *parts)
+            if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
+                raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
+            for i in range(1, len(parts) + 1):
+                sub = "/".join(parts[:i])
+                if sub in checked:
+                    continue
+                if os.path.islink(os.path.join(self.root, *parts[:i])):
+                    raise StoreError(
+                        f"key {key!r} in {self.root!r} is, or lies below, a symbolic link; kstore does not "
+                        "follow links inside a store"
+                    )
+                if i < len(parts):
+                    checked.add(sub)
+            out.append(path)
+        return out
 
     def _missing(self, key: str) -> KeyNotFoundError:
         where = repr(self.root) if os.path.isdir(self.root) else f"{self.root!r} (the store root does not exist)"

@@ -854,9 +854,12 @@ def test_local_store_never_follows_a_symlink_below_its_root(tmp_path: Any) -> No
     os.symlink(outside / "secret", root / "ds" / "table" / "link.parquet")
     os.symlink(outside, root / "ds" / "linked-dir")
     for key in ("ds/table/link.parquet", "ds/linked-dir/secret"):
-        for call in (store.get, store.open, store.exists):
+        for call in (store.get, store.open, store.exists, store.file_path,
+                     lambda k: store.file_paths(["ds/table/a.parquet", k])):
             with pytest.raises(StoreError, match="symbolic link"):
                 call(key)
+    assert store.file_paths(["ds/table/a.parquet", "ds/table/b.parquet"]) == [
+        str(root / "ds" / "table" / "a.parquet"), str(root / "ds" / "table" / "b.parquet")]
     with pytest.raises(StoreError, match="symbolic link"):
         store.put("ds/linked-dir/new", b"x")
     with pytest.raises(StoreError, match="symbolic link"):
