@@ -94,10 +94,7 @@ class LocalStore:
             raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
         checked = parts if follow_last else parts[:-1]
         if os.path.realpath(os.path.join(self.root, *checked)) != os.path.join(self._real_root, *checked):
-            raise StoreError(
-                f"key {key!r} in {self.root!r} is, or lies below, a symbolic link; kstore does not "
-                "follow links inside a store"
-            )
+            raise self._link_error(key)
         return path
 
     def file_path(self, key: str) -> str:
@@ -159,14 +156,15 @@ class LocalStore:
                 if sub in checked:
                     continue
                 if os.path.islink(os.path.join(self.root, *parts[:i])):
-                    raise StoreError(
-                        f"key {key!r} in {self.root!r} is, or lies below, a symbolic link; kstore does not "
-                        "follow links inside a store"
-                    )
+                    raise self._link_error(key)
                 if i < len(parts):
                     checked.add(sub)
             out.append(path)
         return out
+
+    def _link_error(self, key: str) -> StoreError:
+        return StoreError(f"key {key!r} in {self.root!r} is, or lies below, a symbolic link; kstore does not "
+                          "follow links inside a store")
 
     def _missing(self, key: str) -> KeyNotFoundError:
         where = repr(self.root) if os.path.isdir(self.root) else f"{self.root!r} (the store root does not exist)"
