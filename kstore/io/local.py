@@ -131,6 +131,16 @@ class LocalStore:
         scan of 100 files in 100 partition directories: 2 ``lstat`` calls a file instead
         of a ``realpath`` of the whole path each).
 
+        Parameters
+        ----------
+        keys
+            The keys.
+
+        Returns
+        -------
+        list[str]
+            The absolute paths of the keys' files below :attr:`root`, in order.
+
         Raises
         ------
         StoreError
