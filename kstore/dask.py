@@ -171,7 +171,7 @@ class _WritePartition:
         number = int(partition_info["number"]) if partition_info else 0
         if len(df) == 0:  # (a shuffle leaves some empty) object columns have no type here
             return pd.Series([_Written(number, None, ())], dtype=object)
-        table = to_arrow(df, dataset=self.dataset_uuid)
+        table = to_arrow(df, dataset=self.dataset_uuid, threads=ENGINE_TASK_THREADS)
         groups: list[tuple[int, pa.Table]]
         if self.bucketed:
             buckets = table.column(BUCKET_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64)

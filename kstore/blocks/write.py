@@ -89,8 +89,17 @@ class WrittenFile:
     index_values: Mapping[str, pa.Array] = field(default_factory=dict)
 
 
-def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
-    """A pandas DataFrame, pyarrow Table or RecordBatch as a Table (index dropped)."""
+def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa.Table:
+    """A pandas DataFrame, pyarrow Table or RecordBatch as a Table (index dropped).
+
+    ``threads`` caps the threads that convert a DataFrame's columns (default: Arrow's
+    choice, one per core for large frames); engine tasks pass 1, as Dask's own
+    ``to_parquet`` does, since the engine already runs a task per core.
+
+    >>> import pandas as pd
+    >>> to_arrow(pd.DataFrame({"x": [1, 2]}, index=[5, 6]), threads=1).to_pydict()
+    {'x': [1, 2]}
+    """
     import pandas as pd
 
     if isinstance(data, pa.Table):
@@ -102,7 +111,7 @@ def to_arrow(data: Any, *, dataset: str = "?") -> pa.Table:
             bad = [c for c in data.columns if not isinstance(c, str)]
             raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {short_repr(bad)}")
         _check_duplicates(list(data.columns), dataset)
-        table = _from_pandas(data, dataset)
+        table = _from_pandas(data, dataset, threads)
     else:
         raise InvalidArgumentError(
             f"dataset {dataset!r}: data must be a pandas DataFrame, a pyarrow Table or RecordBatch "
@@ -125,11 +134,11 @@ def _check_duplicates(names: Sequence[str], dataset: str) -> None:
         raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {short_repr(dupes)}")
 
 
-def _from_pandas(df: Any, dataset: str) -> pa.Table:
+def _from_pandas(df: Any, dataset: str, threads: int | None = None) -> pa.Table:
     """``Table.from_pandas`` with every failure (and every silent change of a value) as a
     KstoreError naming the column."""
     try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = pa.Table.from_pandas(df, preserve_index=False, nthreads=threads)
     except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError) as exc:
         column = next((c for c in df.columns if _fails(df[c])), None)
         where = f"dataset {dataset!r}: column {column!r}" if column is not None else f"dataset {dataset!r}"
@@ -159,7 +168,8 @@ def _check_exact(series: Any, t: pa.DataType, where: str) -> None:
 
     import pandas as pd
 
-    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_string(t) or pat.is_large_string(t):
+    if pat.is_binary(t) or pat.is_large_binary(t):  # (one bytes value makes Arrow infer binary, so
+        # a column inferred as string holds str only: nothing to check there)
         if pd.api.types.infer_dtype(series, skipna=True) == "mixed":
             kinds = {type(v).__name__ for v in series if isinstance(v, (str, bytes))}
             if len(kinds) > 1:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -75,7 +76,6 @@ class LocalStore:
             raise InvalidArgumentError(f"store path {path!r} is no valid file name here ({exc.reason})") from exc
         self.root = os.path.abspath(path)
         self.url = "file://" + self.root
-        self._real_root = os.path.realpath(self.root)  # the root itself may be a link
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
@@ -92,8 +92,7 @@ class LocalStore:
         # validate_key already forbids '..'; this guards against symlink-free surprises
         if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
             raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
-        checked = parts if follow_last else parts[:-1]
-        if os.path.realpath(os.path.join(self.root, *checked)) != os.path.join(self._real_root, *checked):
+        if _has_link(self.root, parts if follow_last else parts[:-1]):
             raise self._link_error(key)
         return path
 
@@ -153,22 +152,22 @@ class LocalStore:
         >>> store.file_paths(["a/1.parquet", "a/2.parquet"]) == [store.file_path("a/1.parquet"), store.file_path("a/2.parquet")]
         True
         """
-        checked: set[str] = set()  # directories below the root that are no link
+        checked: set[str] = {""}  # directories below the root that are no link ("": the root)
         out = []
         for key in keys:
-            validate_key(key)
-            parts = key.split("/")
-            path = os.path.join(self.root, *parts)
-            if os.path.commonpath([self.root, os.path.abspath(path)]) != self.root:
-                raise StoreError(f"key {key!r} escapes the store root {self.root!r}")
-            for i in range(1, len(parts) + 1):
-                sub = "/".join(parts[:i])
-                if sub in checked:
-                    continue
-                if os.path.islink(os.path.join(self.root, *parts[:i])):
-                    raise self._link_error(key)
-                if i < len(parts):
-                    checked.add(sub)
+            validate_key(key)  # relative, no '.', '..' or empty component: the path stays below the root
+            directory = key.rpartition("/")[0]
+            if directory not in checked:
+                parts = directory.split("/")
+                for i in range(1, len(parts) + 1):
+                    sub = "/".join(parts[:i])
+                    if sub not in checked:
+                        if _is_link(os.path.join(self.root, sub)):
+                            raise self._link_error(key)
+                        checked.add(sub)
+            path = os.path.join(self.root, key)
+            if _is_link(path):
+                raise self._link_error(key)
             out.append(path)
         return out
 
@@ -561,6 +560,36 @@ class LocalStore:
             if exc.errno == errno.ENAMETOOLONG:
                 raise self._missing(key) from exc
             raise
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:  # missing (or not reachable): no link there
+        return False
+
+
+def _has_link(root: str, parts: Sequence[str]) -> bool:
+    """Whether ``root/parts[0]/.../parts[i]`` is a symbolic link for some ``i`` (one
+    ``lstat`` a component, stopping at the first that does not exist; the root itself may
+    be a link).
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); os.mkdir(os.path.join(d, "a")); os.symlink(d, os.path.join(d, "a", "l"))
+    >>> _has_link(d, ["a", "x", "y"]), _has_link(d, ["a", "l", "y"]), _has_link(d, [])
+    (False, True, False)
+    """
+    path = root
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return True
+        except FileNotFoundError:
+            return False  # nothing below a missing component exists either
+        except OSError:
+            return False
+    return False
 
 
 def _unlink(path: str) -> None:

@@ -853,13 +853,19 @@ def test_local_store_never_follows_a_symlink_below_its_root(tmp_path: Any) -> No
     store.put("ds/table/a.parquet", b"data")
     os.symlink(outside / "secret", root / "ds" / "table" / "link.parquet")
     os.symlink(outside, root / "ds" / "linked-dir")
-    for key in ("ds/table/link.parquet", "ds/linked-dir/secret"):
+    os.symlink(outside, root / "top-dir")
+    os.symlink(outside / "secret", root / "top-file")
+    for key in ("ds/table/link.parquet", "ds/linked-dir/secret", "top-dir/secret", "top-file"):
         for call in (store.get, store.open, store.exists, store.file_path,
                      lambda k: store.file_paths(["ds/table/a.parquet", k])):
             with pytest.raises(StoreError, match="symbolic link"):
                 call(key)
     assert store.file_paths(["ds/table/a.parquet", "ds/table/b.parquet"]) == [
         str(root / "ds" / "table" / "a.parquet"), str(root / "ds" / "table" / "b.parquet")]
+    linked_root = LocalStore(tmp_path / "root-link")  # the root itself may be a link
+    os.symlink(root, tmp_path / "root-link")
+    assert linked_root.get("ds/table/a.parquet") == b"data"
+    assert linked_root.file_paths(["ds/table/a.parquet"]) == [str(tmp_path / "root-link" / "ds" / "table" / "a.parquet")]
     with pytest.raises(StoreError, match="symbolic link"):
         store.put("ds/linked-dir/new", b"x")
     with pytest.raises(StoreError, match="symbolic link"):
