@@ -62,9 +62,10 @@ def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = N
 
 
 def has_duplicate_columns(dataset: ds.FileSystemDataset, max_workers: int | None = None) -> bool:
-    """Whether a file of ``dataset`` repeats a column name (a scan would read its first
-    match silently). Reads every footer, in parallel (the fragments keep them: the scan
-    that follows reads none again).
+    """Whether a file of ``dataset`` repeats a column name (a scan reads its first match
+    silently). Reads the footers the fragments do not hold yet, in parallel (a scan keeps
+    every footer it reads, so after one this reads none: readers scan first and discard
+    the result when this is true).
 
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
     >>> d = tempfile.mkdtemp(); pq.write_table(pa.table({"x": [1]}), os.path.join(d, "f.parquet"))

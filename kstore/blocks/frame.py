@@ -187,8 +187,6 @@ def _scan_local(store: Store, plan: ReadPlan, names: Sequence[str], cols: list[_
         return False
     try:
         dataset = plan_dataset(store, plan, names)
-        if has_duplicate_columns(dataset, max_workers):
-            return False
         fragments = list(dataset.get_fragments())
         task_of = {f.path: i for i, f in enumerate(fragments)}
         seen = [0] * len(fragments)
@@ -206,6 +204,10 @@ def _scan_local(store: Store, plan: ReadPlan, names: Sequence[str], cols: list[_
                 raise _RowsDisagree(f"{plan.tasks[i].key!r} holds more than the {rows[i]} rows the file table says")
             for col, arr in zip(cols, batch.columns):
                 _fill(col, start, arr, lock)
+        # a file with duplicated column names was read silently (its first match): the caller
+        # reads file by file, which names it (the scan kept every footer it read: no I/O here)
+        if has_duplicate_columns(dataset, max_workers=1):
+            return False
     except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
         return False
     for i, n in enumerate(seen):

@@ -194,12 +194,12 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     try:
         dataset = plan_dataset(store, plan, data_cols + used_pkeys)
         expr = to_expression(residual, rschema) if residual else None
-        # a file with duplicated column names would be read silently (its first match): leave
-        # it to the per-file path, which names it (reads each footer once; the scan reuses it)
-        if has_duplicate_columns(dataset, max_workers):
-            return None
         threads = pool_size(len(tasks), max_workers, cpu_bound=True) > 1
         table = dataset.to_table(columns=columns, filter=expr, use_threads=threads)
+        # a file with duplicated column names is read silently (its first match): leave it to
+        # the per-file path, which names it (the scan kept every footer it read: no I/O here)
+        if has_duplicate_columns(dataset, max_workers=1):
+            return None
         out_schema = pa.schema([rschema.field(c) for c in columns])
         if not table.schema.equals(out_schema):
             table = pa.Table.from_arrays(table.columns, schema=out_schema)

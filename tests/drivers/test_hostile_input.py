@@ -494,8 +494,12 @@ def test_data_file_with_a_duplicated_column(store_url):
     before = snapshot(store_url)
     with pytest.raises(CorruptMetadataError, match=key):
         kstore.build_indices(store_url, UUID, ["s"])
-    with pytest.raises(CorruptMetadataError, match=key):
-        kstore.read_dataset(store_url, UUID)
+    for read in (lambda: kstore.read_dataset(store_url, UUID),  # every read path: the bounded frame,
+                 lambda: kstore.read_dataset(store_url, UUID, columns=["s"]),  # the multi-file scan
+                 lambda: kstore.read_dataset(store_url, UUID, predicates=[[("s", "!=", "zz")]]),
+                 lambda: kstore.read_table(store_url, UUID)):
+        with pytest.raises(CorruptMetadataError, match=key):
+            read()
     assert snapshot(store_url) == before
 
 
