@@ -585,9 +585,7 @@ def _has_link(root: str, parts: Sequence[str]) -> bool:
         try:
             if stat.S_ISLNK(os.lstat(path).st_mode):
                 return True
-        except FileNotFoundError:
-            return False  # nothing below a missing component exists either
-        except OSError:
+        except OSError:  # missing (nothing below it exists either) or not reachable
             return False
     return False
 
