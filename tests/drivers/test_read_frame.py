@@ -7,7 +7,7 @@ NaN and nulls, pandas' nullable dtypes, bools, naive and zoned timestamps, dates
 categoricals), nulls in some files only (the mask is made by whichever thread meets the
 first null), several files per partition, both store kinds (the local one reads through
 ``pyarrow.dataset`` fragments, the memory one through ``read_task``), column subsets,
-``categoricals`` and ``dates_as_object``. Damage: a file holding other rows than the file
+``categoricals`` and ``dates_as_object``. Frames own their (pool-allocated) columns. Damage: a file holding other rows than the file
 table says, a missing file, a file that is not Parquet.
 """
 
@@ -139,6 +139,31 @@ def test_nulls_in_later_files_only_make_the_nullable_dtype(tmp_path, kind):
     assert df["i"].iloc[:110].tolist() == list(range(110))
     assert df["b"].isna().tolist() == [False] * 110 + [True, False] * 5
     assert df["b"].iloc[:110].all() and not df["b"].iloc[111]
+    drop_store(url)
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_frames_own_their_columns(tmp_path, kind):
+    """Each read's columns live in buffers of their own (allocated from Arrow's pool): a
+    frame the caller writes to, or drops, changes no other frame, and a later read that
+    reuses the freed memory returns the stored values again."""
+    url = new_store_url(kind, tmp_path)
+    parts = [pd.DataFrame({"i": np.arange(k * 50, k * 50 + 50), "f": np.linspace(0, 1, 50),
+                           "b": [k % 2 == 0] * 50, "t": pd.date_range("2024-01-01", periods=50, freq="h").astype("datetime64[us]")})
+             for k in range(6)]
+    kstore.store_dataset(url, "ds", parts)
+    expected = pd.concat(parts, ignore_index=True)
+    with mock.patch.object(frame_mod, "read_plan", _no_arrow_read):
+        first = kstore.read_dataset(url, "ds")
+        second = kstore.read_dataset(url, "ds")
+        for c in ("i", "f", "b", "t"):
+            assert not np.shares_memory(first[c].to_numpy(), second[c].to_numpy()), c
+        first.loc[:, "i"] = -1
+        first.loc[:, "f"] = np.nan
+        pd.testing.assert_frame_equal(second, expected)
+        del first, second
+        third = kstore.read_dataset(url, "ds")  # in the memory the dropped frames gave back
+    pd.testing.assert_frame_equal(third, expected)
     drop_store(url)
 
 
