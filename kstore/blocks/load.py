@@ -12,7 +12,6 @@ kartothek's header-only datasets, which have no partition list).
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -589,8 +588,3 @@ def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
     what = f"dataset {meta.uuid!r}: statistics file {meta.stats_key!r}"
     return check_stats_table(read_parquet_bytes(data, what), meta.schema, what=what)
 
-
-def parquet_bytes(table: pa.Table, **options: Any) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, **options)
-    return sink.getvalue()

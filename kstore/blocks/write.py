@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import io
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -369,7 +368,6 @@ def sort_rows(data: pa.Table, sort_by: Sequence[str]) -> pa.Table:
 def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, presorted: bool = False) -> bytes:
     """One data file's bytes: ``data`` encoded with ``options`` (sorted by ``options.sort_by``
     first unless ``presorted``, the order recorded as the row groups' sorting columns)."""
-    sink = pa.BufferOutputStream()  # Arrow's pool, no GIL per write (a BytesIO takes it for each page)
     # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
     file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
     data = data.replace_schema_metadata(file_schema.metadata)
@@ -382,8 +380,17 @@ def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, pr
     if "bloom_filter_options" in kwargs:  # size each filter for the rows of one row group
         ndv = max(1, min(data.num_rows, options.row_group_size or (1 << 20)))
         kwargs["bloom_filter_options"] = {c: {"ndv": ndv} for c in kwargs["bloom_filter_options"]}
-    pq.write_table(data.combine_chunks(), sink, **kwargs)
-    return sink.getvalue().to_pybytes()
+    return _encoded(data.combine_chunks(), **kwargs)
+
+
+def _encoded(table: pa.Table, **kwargs: Any) -> bytes:
+    """``pq.write_table(table, **kwargs)``'s bytes, encoded into an Arrow output stream: it
+    grows in Arrow's pool without the GIL (a ``BytesIO`` takes it for every page written),
+    so parallel writers do not contend."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **kwargs)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def _write_file(
@@ -509,15 +516,12 @@ def index_file_bytes(index: ColumnIndex) -> bytes:
     >>> pq.read_table(pa.BufferReader(index_file_bytes(idx))).to_pydict()
     {'x': [1, 2], 'partition': [['a', 'b'], ['a']]}
     """
-    sink = io.BytesIO()
     if _parquet_native(index.values.type) and pat.is_string(index.labels.type):
         labels = pa.DictionaryArray.from_arrays(pa.array(index.label_ids, pa.int32()), index.labels)
         lists = pa.ListArray.from_arrays(pa.array(index.offsets.astype(np.int32)), labels)
         table = pa.table({index.column: index.values, "partition": lists})
-        pq.write_table(table, sink, compression="snappy", store_schema=False)
-    else:
-        pq.write_table(index.to_table(), sink, compression="snappy")
-    return sink.getvalue()
+        return _encoded(table, compression="snappy", store_schema=False)
+    return _encoded(index.to_table(), compression="snappy")
 
 
 def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str:
@@ -534,17 +538,13 @@ def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str
 
 def write_stats_file(store: Store, dataset_uuid: str, stats: pa.Table) -> str:
     key = naming.stats_key(dataset_uuid)
-    sink = io.BytesIO()
-    pq.write_table(stats, sink, compression="zstd")
-    store.put(key, sink.getvalue())
+    store.put(key, _encoded(stats, compression="zstd"))
     return key
 
 
 def common_metadata_bytes(schema: pa.Schema) -> bytes:
     """The 0-row ``_common_metadata`` Parquet file kartothek reads the schema from."""
-    sink = io.BytesIO()
-    pq.write_table(schema.empty_table(), sink)
-    return sink.getvalue()
+    return _encoded(schema.empty_table())
 
 
 def write_common_metadata(store: Store, dataset_uuid: str, table_name: str, schema: pa.Schema) -> str:
