@@ -24,7 +24,6 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from kstore.core.planning import ReadPlan
-from kstore.core.runtime import parallel_map
 from kstore.core.types import duplicate_names, read_schema
 from kstore.io.arrowfs import filesystem_paths
 from kstore.io.store import Store
@@ -66,17 +65,14 @@ def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = N
                                            partitions=partitions)
 
 
-def has_duplicate_columns(dataset: ds.FileSystemDataset, max_workers: int | None = None) -> bool:
+def has_duplicate_columns(dataset: ds.FileSystemDataset) -> bool:
     """Whether a file of ``dataset`` repeats a column name (a scan reads its first match
-    silently). Reads the footers the fragments do not hold yet, in parallel (a scan keeps
-    every footer it reads, so after one this reads none: readers scan first and discard
-    the result when this is true).
+    silently). Readers call it after their scan, which kept every footer it read on the
+    fragments: no I/O then (a footer no scan read is read here).
 
     >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
     >>> d = tempfile.mkdtemp(); pq.write_table(pa.table({"x": [1]}), os.path.join(d, "f.parquet"))
     >>> has_duplicate_columns(ds.dataset(d))
     False
     """
-    fragments = list(dataset.get_fragments())
-    return any(parallel_map(lambda f: bool(duplicate_names(f.physical_schema.names)), fragments,
-                            max_workers=max_workers))
+    return any(duplicate_names(f.physical_schema.names) for f in dataset.get_fragments())

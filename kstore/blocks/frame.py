@@ -9,7 +9,7 @@ into its slice, about one file per thread in flight, each batch's buffers freed 
 reused for the next) once copied. The other columns (strings, categoricals, time zones,
 nested types) keep their per-file Arrow chunks and convert at the end exactly as
 :func:`~kstore.blocks.read.to_pandas` converts them. The peak is the frame plus about one
-file per thread and what the allocator keeps: 1.37-1.40x the frame for the 5M-row
+file per thread and what the allocator keeps: 1.40-1.48x the frame for the 5M-row
 WORKLOAD read.
 
 The result equals ``to_pandas(read_plan(...))``: the same values, dtypes (an integer or
@@ -206,7 +206,7 @@ def _scan_local(store: Store, plan: ReadPlan, names: Sequence[str], cols: list[_
                 _fill(col, start, arr, lock)
         # a file with duplicated column names was read silently (its first match): the caller
         # reads file by file, which names it (the scan kept every footer it read: no I/O here)
-        if has_duplicate_columns(dataset, max_workers=1):
+        if has_duplicate_columns(dataset):
             return False
     except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
         return False

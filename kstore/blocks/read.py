@@ -198,7 +198,7 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
         table = dataset.to_table(columns=columns, filter=expr, use_threads=threads)
         # a file with duplicated column names is read silently (its first match): leave it to
         # the per-file path, which names it (the scan kept every footer it read: no I/O here)
-        if has_duplicate_columns(dataset, max_workers=1):
+        if has_duplicate_columns(dataset):
             return None
         out_schema = pa.schema([rschema.field(c) for c in columns])
         if not table.schema.equals(out_schema):

@@ -128,7 +128,7 @@ class LocalStore:
     def file_paths(self, keys: Sequence[str]) -> list[str]:
         """:meth:`file_path` of many keys, each directory on their way checked once (a
         scan of 100 files in 100 partition directories: 2 ``lstat`` calls a file instead
-        of a ``realpath`` of the whole path each).
+        of one per path component).
 
         Parameters
         ----------
