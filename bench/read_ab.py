@@ -2,7 +2,8 @@
 case alike), medians: for R1 kstore's bounded-memory pandas read (``kstore.blocks.frame``)
 against the whole Arrow table converted (``to_pandas(read_plan(...))``); for R2 kstore's
 multi-file scan against its per-file path (``kstore.blocks.read.MULTI_FILE_SCAN`` off);
-pyarrow and DuckDB beside them.
+pyarrow and DuckDB beside them, and for R2 Arrow's scan alone of the listed files (the
+Parquet format kstore's reader uses): the floor of a reader built on Arrow's decoder.
 
     python bench/throughput.py --steps W1 --repeats 1 --workdir /dev/shm/kt   # the data, once
     python bench/read_ab.py /dev/shm/kt 9 R1,R2
@@ -10,6 +11,7 @@ pyarrow and DuckDB beside them.
 
 from __future__ import annotations
 
+import glob
 import os
 import statistics
 import sys
@@ -23,6 +25,7 @@ import pyarrow.parquet as pq
 
 import kstore
 from kstore.blocks import read as R
+from kstore.blocks.arrow import _LOCAL_FORMAT
 
 
 def per_file(fn: Callable[[], object]) -> Callable[[], object]:
@@ -60,6 +63,9 @@ def main() -> None:
         for lab, p in (("", work + "/kstore"), ("c", work + "/kstore_c")):
             q = f"SELECT * FROM read_parquet('{p}/sales/table/**/*.parquet', hive_partitioning=true) WHERE location = 7"
             cases[f"R2{lab} duckdb"] = lambda q=q: con.execute(q).df()
+            listed = sorted(glob.glob(f"{p}/sales/table/**/*.parquet", recursive=True))
+            cases[f"R2{lab} arrow scan"] = lambda fl=listed: ds.dataset(fl, format=_LOCAL_FORMAT).to_table(
+                filter=ds.field("location") == 7).to_pandas()
             cases[f"R2{lab} kstore old"] = per_file(lambda p=p: kstore.read_dataset(p, "sales", predicates=pred))
             cases[f"R2{lab} kstore new"] = lambda p=p: kstore.read_dataset(p, "sales", predicates=pred)
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -80,7 +86,9 @@ def main() -> None:
         for lab in ("", "c"):
             duck = med[f"R2{lab} duckdb"]
             print(f"R2{lab} old/duckdb {med[f'R2{lab} kstore old'] / duck:.2f}x  "
-                  f"new/duckdb {med[f'R2{lab} kstore new'] / duck:.2f}x")
+                  f"new/duckdb {med[f'R2{lab} kstore new'] / duck:.2f}x  "
+                  f"Arrow's scan alone/duckdb {med[f'R2{lab} arrow scan'] / duck:.2f}x  "
+                  f"new/Arrow's scan {med[f'R2{lab} kstore new'] / med[f'R2{lab} arrow scan']:.2f}x")
 
 
 if __name__ == "__main__":

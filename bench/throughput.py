@@ -11,7 +11,9 @@ The WORKLOAD data (shared/bench/WORKLOAD.md, ``bench/side_by_side.make_data``), 
 - C1  compaction of 1,000 small files (100 appends' worth) in 10 partitions (500k rows):
       files before/after and seconds (``--steps C1``);
 - R2  ``location == 7`` — kstore on the unclustered and on the clustered dataset, DuckDB
-      on the same files (``read_parquet(glob, hive_partitioning)``), and pyarrow.dataset.
+      on the same files (``read_parquet(glob, hive_partitioning)``), pyarrow.dataset, and
+      Arrow's scan alone (the files listed, as kstore's reader scans them): the floor of any
+      reader built on Arrow's Parquet decoder.
 
 Each step is timed ``--repeats`` times (median reported, every time listed); the box may
 be shared, so the figures that matter are the ratios printed at the end, all from one run::
@@ -47,6 +49,8 @@ import kstore  # noqa: E402
 from kstore.core import runtime  # noqa: E402
 
 CLUSTER = {"row_group_size": 4096}
+#: the Parquet format kstore's reader scans a local directory with (kstore.blocks.arrow)
+LOCAL_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def timed(fn: Callable[[], object], repeats: int, before: Callable[[], None] | None = None) -> tuple[float, list[float], object]:
@@ -147,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
                 lambda p=path: ds.dataset(str(p / "sales" / "table"), format="parquet", partitioning=hive)
                 .to_table(filter=ds.field("location") == Q_LOCATION).to_pandas(), args.repeats))
             assert len(df) == expect_r2
+            # Arrow's floor: the scan kstore's reader runs (the files listed, no discovery,
+            # no pre-buffering on a local disk, no partition column), then pandas
+            listed = [str(f) for f in sorted((path / "sales" / "table").rglob("*.parquet"))]
+            df = record(f"R2{label} pyarrow scan of the file list", timed(
+                lambda fl=listed: ds.dataset(fl, format=LOCAL_PARQUET)
+                .to_table(filter=ds.field("location") == Q_LOCATION).to_pandas(), args.repeats))
+            assert len(df) == expect_r2
             df = record(f"R2{label} kstore read_dataset", timed(
                 lambda p=path: kstore.read_dataset(str(p), "sales", predicates=pred), args.repeats))
             assert len(df) == expect_r2
@@ -190,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         ("R2 kstore / duckdb (unclustered)", ratio("R2 kstore read_dataset", "R2 duckdb (same files)"), ""),
         ("R2c kstore / duckdb (sort_by location)", ratio("R2c kstore read_dataset", "R2c duckdb (same files)"), "target <= 1.5x"),
         ("R2c kstore clustered / unclustered", ratio("R2c kstore read_dataset", "R2 kstore read_dataset"), ""),
+        ("R2c Arrow's scan alone / duckdb (the floor)", ratio("R2c pyarrow scan of the file list", "R2c duckdb (same files)"), ""),
+        ("R2c kstore / Arrow's scan alone", ratio("R2c kstore read_dataset", "R2c pyarrow scan of the file list"), ""),
     ]
     for name, r, target in lines:
         print(f"  {name:42s} {r:>7s}  {target}")
