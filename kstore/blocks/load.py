@@ -81,7 +81,7 @@ def read_parquet_bytes(data: bytes, what: str) -> pa.Table:
                 "(MAX_METADATA_BYTES); refusing to read it"
             )
         _check_unique_names(pf.schema_arrow.names, what)
-        return pf.read()
+        return pf.read(use_threads=False)  # (bytes Python owns: see kstore.io.arrowfs.open_for_arrow)
     except (pa.ArrowException, OSError, ValueError) as exc:
         if isinstance(exc, (LimitExceededError, CorruptMetadataError)):
             raise

@@ -26,11 +26,15 @@ from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map, pool_size
 from kstore.core.types import read_schema, read_type, schema_pandas_metadata
 from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTypeError
+from kstore.io.arrowfs import open_for_arrow
 from kstore.io.store import Store
 
 __all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "nullable_columns", "empty_table"]
 
 _FORMAT = ds.ParquetFileFormat()
+#: a native local file: column chunks read as the decoder asks (pre-buffering only adds
+#: thread hand-offs on a local disk)
+_NATIVE_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def _constant(value: Any, t: pa.DataType, n: int) -> pa.Array:
@@ -83,14 +87,17 @@ def read_task(
     residual_cols = [c for c in columns_of(task.residual) if c not in pvalues]
     data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pvalues]
     try:
-        fh = store.open(task.key)
+        fh, threads = open_for_arrow(store, task.key)
     except KeyNotFoundError as exc:
         raise CorruptMetadataError(
             f"dataset {plan.dataset_uuid!r}: partition {task.label!r} file {task.key!r} is missing"
         ) from exc
     with fh:
         try:
-            fragment = _FORMAT.make_fragment(fh)
+            # a Python file (stores other than a local directory) is scanned on this thread,
+            # its reads pre-buffered: then this thread, not one of Arrow's, releases the file
+            # and the bytes it returned (see kstore.io.arrowfs.open_for_arrow)
+            fragment = (_NATIVE_FORMAT if threads else _FORMAT).make_fragment(fh)
             physical = fragment.physical_schema
             present = [c for c in data_cols if c in physical.names]
             expr = to_expression(task.residual, rschema) if task.residual else None
@@ -98,10 +105,10 @@ def read_task(
                         and nan_safe(task.residual, rschema))
             try:
                 table = fragment.to_table(columns=present, filter=expr if can_push else None,
-                                          memory_pool=memory_pool)
+                                          memory_pool=memory_pool, use_threads=threads)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 can_push = False
-                table = fragment.to_table(columns=present, memory_pool=memory_pool)
+                table = fragment.to_table(columns=present, memory_pool=memory_pool, use_threads=threads)
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise CorruptMetadataError(
                 f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"

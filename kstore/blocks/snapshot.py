@@ -410,7 +410,11 @@ class Snapshot:
             Files of a local directory are opened by path; files of other stores through
             :class:`~kstore.io.arrowfs.StoreFileSystem` (the store's range reads). Once
             garbage collection expires this version its files may be gone: a scan then
-            fails with ``FileNotFoundError``.
+            fails with ``FileNotFoundError``. Scan a dataset of another store with
+            ``use_threads=False`` in a process that may exit soon after: its files are
+            Python objects, and an Arrow thread that releases one while the interpreter
+            exits aborts the process (apache/arrow#34314, #50482; kstore's own readers
+            scan such files on the calling thread).
 
         Examples
         --------

@@ -442,12 +442,18 @@ def ipc_text(table: pa.Table) -> str:
     return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
 
 
+#: IPC reads of bytes Python owns decode on the calling thread: an Arrow thread must not
+#: release the last view of them, which takes the GIL and at interpreter exit aborts the
+#: process (apache/arrow#34314, #50482; see kstore.io.arrowfs.open_for_arrow)
+SYNC_IPC = pa.ipc.IpcReadOptions(use_threads=False)
+
+
 def from_ipc_text(text: Any, where: str) -> pa.Table:
     """The table :func:`ipc_text` wrote (CorruptMetadataError naming ``where`` if it is not)."""
     if not isinstance(text, str):
         raise CorruptMetadataError(f"{where} must be base64 text")
     try:
-        return pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True))).read_all()
+        return pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text, validate=True)), options=SYNC_IPC).read_all()
     except (ValueError, pa.ArrowException) as exc:
         raise CorruptMetadataError(f"{where} is not an Arrow IPC stream ({exc})") from exc
 

@@ -18,7 +18,7 @@ from kstore.errors import KeyNotFoundError
 from kstore.io.local import LocalStore
 from kstore.io.store import Store
 
-__all__ = ["StoreFileSystem", "filesystem_paths", "is_plain_local"]
+__all__ = ["StoreFileSystem", "filesystem_paths", "is_plain_local", "open_for_arrow"]
 
 
 class StoreFileSystem(pafs.FileSystemHandler):  # type: ignore[misc]
@@ -89,6 +89,28 @@ def is_plain_local(store: Store) -> TypeGuard[LocalStore]:
     """Whether ``store`` is a :class:`~kstore.io.local.LocalStore` whose ``open`` is not
     overridden (so its files may be opened by path, bypassing the store)."""
     return isinstance(store, LocalStore) and type(store).open is LocalStore.open
+
+
+def open_for_arrow(store: Store, key: str) -> tuple[Any, bool]:
+    """A file of ``store`` for one Arrow scan, and whether the scan may use Arrow's threads.
+
+    A plain local directory's file opens natively (:meth:`LocalStore.open_native`): the
+    scan may use Arrow's threads. Any other store's file is a Python object
+    (``Store.open``): the scan must run on the calling thread (``use_threads=False``, reads
+    pre-buffered, which keeps the bytes read in a cache the calling thread drops), or an
+    Arrow thread releases the file and the bytes it returned, which needs the GIL, and at
+    interpreter exit aborts the process with "terminate called without an active
+    exception" (apache/arrow#34314, #50482). The caller closes the file.
+
+    >>> from kstore.io.memory import MemoryStore
+    >>> s = MemoryStore(); s.put("d/a.bin", b"hello")
+    >>> fh, threads = open_for_arrow(s, "d/a.bin")
+    >>> fh.read(), threads
+    (b'hello', False)
+    """
+    if is_plain_local(store):
+        return store.open_native(key), True
+    return store.open(key), False
 
 
 def filesystem_paths(store: Store, keys: Sequence[str]) -> tuple[pafs.FileSystem, list[str]]:

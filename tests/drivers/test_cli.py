@@ -81,17 +81,22 @@ def test_read_limit_reads_only_the_files_it_needs(tmp_path, monkeypatch):
     df = pd.DataFrame({"p": list(range(10)), "x": list(range(10))})
     kstore.store_dataset(str(tmp_path), "ds", df, partition_on="p")
     opened: list[str] = []
-    real_open, real_get = LocalStore.open, LocalStore.get
+    real_open, real_native, real_get = LocalStore.open, LocalStore.open_native, LocalStore.get
 
     def spy_open(self, key):
         opened.append(key)
         return real_open(self, key)
+
+    def spy_native(self, key):
+        opened.append(key)
+        return real_native(self, key)
 
     def spy_get(self, key):
         opened.append(key)
         return real_get(self, key)
 
     monkeypatch.setattr(LocalStore, "open", spy_open)
+    monkeypatch.setattr(LocalStore, "open_native", spy_native)
     monkeypatch.setattr(LocalStore, "get", spy_get)
     res = invoke("read", str(tmp_path), "ds", "--limit", "1", "--json")
     assert len(json.loads(res.output)) == 1

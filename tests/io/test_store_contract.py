@@ -802,6 +802,8 @@ def test_local_reads_never_create_the_root(tmp_path: Any) -> None:
         store.get("ds.by-dataset-metadata.json")
     with pytest.raises(KeyNotFoundError):
         store.open("ds/x")
+    with pytest.raises(KeyNotFoundError, match="does not exist"):
+        store.open_native("ds/x")
     assert store.exists("ds/x") is False
     store.delete("ds/x")
     with pytest.raises(StoreNotFoundError, match=str(root)) as exc:
@@ -856,7 +858,7 @@ def test_local_store_never_follows_a_symlink_below_its_root(tmp_path: Any) -> No
     os.symlink(outside, root / "top-dir")
     os.symlink(outside / "secret", root / "top-file")
     for key in ("ds/table/link.parquet", "ds/linked-dir/secret", "top-dir/secret", "top-file"):
-        for call in (store.get, store.open, store.exists, store.file_path,
+        for call in (store.get, store.open, store.open_native, store.exists, store.file_path,
                      lambda k: store.file_paths(["ds/table/a.parquet", k])):
             with pytest.raises(StoreError, match="symbolic link"):
                 call(key)
@@ -878,6 +880,24 @@ def test_local_store_never_follows_a_symlink_below_its_root(tmp_path: Any) -> No
     assert not (root / "ds" / "table" / "link.parquet").exists() and (outside / "secret").exists()
 
 
+def test_local_open_native_reads_what_open_reads(tmp_path: Any) -> None:
+    """``open_native`` (the native Arrow file readers scan with Arrow's threads) gives the
+    bytes ``open`` gives; a directory, a missing file or one below a file is a missing key."""
+    import pyarrow as pa
+
+    store = LocalStore(tmp_path)
+    payload = bytes(range(256)) * 41
+    store.put("ds/table/a.parquet", payload)
+    with store.open_native("ds/table/a.parquet") as fh, store.open("ds/table/a.parquet") as py:
+        assert isinstance(fh, pa.NativeFile) and not isinstance(fh, pa.PythonFile)
+        assert fh.size() == len(payload) and fh.read() == py.read() == payload
+        assert fh.read_at(7, 1000) == payload[1000:1007]
+    for key in ("ds/table", "ds/table/b.parquet", "ds/table/a.parquet/below", "nowhere/x"):
+        with pytest.raises(KeyNotFoundError, match=repr(key)):
+            store.open_native(key)
+    assert _tree(tmp_path) == [".kstore-tmp", "ds", "ds/table", "ds/table/a.parquet"]
+
+
 def test_local_store_names_too_long_for_the_file_system(tmp_path: Any) -> None:
     from kstore.errors import LimitExceededError
 
@@ -887,6 +907,8 @@ def test_local_store_names_too_long_for_the_file_system(tmp_path: Any) -> None:
         store.get(long_key)
     with pytest.raises(KeyNotFoundError):
         store.open(long_key)
+    with pytest.raises(KeyNotFoundError):
+        store.open_native(long_key)
     assert store.exists(long_key) is False
     assert list(store.iter_prefix(long_key + "/")) == []
     store.delete(long_key)
