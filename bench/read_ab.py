@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 import kstore
 from kstore.blocks import read as R
-from kstore.blocks.arrow import _LOCAL_FORMAT
+from kstore.blocks.arrow import LOCAL_PARQUET
 
 
 def per_file(fn: Callable[[], object]) -> Callable[[], object]:
@@ -64,7 +64,7 @@ def main() -> None:
             q = f"SELECT * FROM read_parquet('{p}/sales/table/**/*.parquet', hive_partitioning=true) WHERE location = 7"
             cases[f"R2{lab} duckdb"] = lambda q=q: con.execute(q).df()
             listed = sorted(glob.glob(f"{p}/sales/table/**/*.parquet", recursive=True))
-            cases[f"R2{lab} arrow scan"] = lambda fl=listed: ds.dataset(fl, format=_LOCAL_FORMAT).to_table(
+            cases[f"R2{lab} arrow scan"] = lambda fl=listed: ds.dataset(fl, format=LOCAL_PARQUET).to_table(
                 filter=ds.field("location") == 7).to_pandas()
             cases[f"R2{lab} kstore old"] = per_file(lambda p=p: kstore.read_dataset(p, "sales", predicates=pred))
             cases[f"R2{lab} kstore new"] = lambda p=p: kstore.read_dataset(p, "sales", predicates=pred)

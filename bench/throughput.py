@@ -46,11 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from side_by_side import Q_LOCATION, make_data  # noqa: E402
 
 import kstore  # noqa: E402
+from kstore.blocks.arrow import LOCAL_PARQUET  # noqa: E402  (the format kstore scans local files with)
 from kstore.core import runtime  # noqa: E402
 
 CLUSTER = {"row_group_size": 4096}
-#: the Parquet format kstore's reader scans a local directory with (kstore.blocks.arrow)
-LOCAL_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def timed(fn: Callable[[], object], repeats: int, before: Callable[[], None] | None = None) -> tuple[float, list[float], object]:

@@ -28,12 +28,13 @@ from kstore.core.types import duplicate_names, read_schema
 from kstore.io.arrowfs import filesystem_paths
 from kstore.io.store import Store
 
-__all__ = ["plan_dataset", "partition_expression", "has_duplicate_columns"]
+__all__ = ["plan_dataset", "partition_expression", "has_duplicate_columns", "PARQUET", "LOCAL_PARQUET"]
 
-_FORMAT = ds.ParquetFileFormat()
-#: local files: column chunks read as the decoder asks (pre-buffering coalesces reads on
-#: Arrow's I/O threads, which pays on object stores, not on a local disk)
-_LOCAL_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+#: Arrow's Parquet format as kstore scans files of object stores and Python files
+PARQUET = ds.ParquetFileFormat()
+#: native local files: column chunks read as the decoder asks (pre-buffering coalesces
+#: reads on Arrow's I/O threads, which pays on object stores, not on a local disk)
+LOCAL_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def partition_expression(values: Sequence[tuple[str, Any]], schema: pa.Schema) -> ds.Expression:
@@ -60,7 +61,7 @@ def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = N
     fs, paths = filesystem_paths(store, [t.key for t in plan.tasks])
     partitions = [partition_expression([(k, v) for k, v in t.partition_values if k in schema.names], schema)
                   for t in plan.tasks]
-    fmt = _LOCAL_FORMAT if isinstance(fs, pafs.LocalFileSystem) else _FORMAT
+    fmt = LOCAL_PARQUET if isinstance(fs, pafs.LocalFileSystem) else PARQUET
     return ds.FileSystemDataset.from_paths(paths, schema=schema, format=fmt, filesystem=fs,
                                            partitions=partitions)
 

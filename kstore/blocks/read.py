@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 if TYPE_CHECKING:
     import pandas as pd
 
+from kstore.blocks.arrow import LOCAL_PARQUET, PARQUET
 from kstore.core.arguments import as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
@@ -30,11 +30,6 @@ from kstore.io.arrowfs import open_for_arrow
 from kstore.io.store import Store
 
 __all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "nullable_columns", "empty_table"]
-
-_FORMAT = ds.ParquetFileFormat()
-#: a native local file: column chunks read as the decoder asks (pre-buffering only adds
-#: thread hand-offs on a local disk)
-_NATIVE_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
 
 
 def _constant(value: Any, t: pa.DataType, n: int) -> pa.Array:
@@ -97,7 +92,7 @@ def read_task(
             # a Python file (stores other than a local directory) is scanned on this thread,
             # its reads pre-buffered: then this thread, not one of Arrow's, releases the file
             # and the bytes it returned (see kstore.io.arrowfs.open_for_arrow)
-            fragment = (_NATIVE_FORMAT if threads else _FORMAT).make_fragment(fh)
+            fragment = (LOCAL_PARQUET if threads else PARQUET).make_fragment(fh)
             physical = fragment.physical_schema
             present = [c for c in data_cols if c in physical.names]
             expr = to_expression(task.residual, rschema) if task.residual else None

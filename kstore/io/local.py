@@ -216,8 +216,7 @@ class LocalStore:
         try:
             return pa.OSFile(path, "r")
         except OSError as exc:
-            if isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno in (
-                    errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG) or os.path.isdir(path):
+            if _no_file(exc, path):
                 raise self._missing(key) from exc
             raise
 
@@ -602,14 +601,22 @@ class LocalStore:
         return self._open(key)
 
     def _open(self, key: str) -> BinaryIO:
+        path = self._path(key)
         try:
-            return open(self._path(key), "rb")  # noqa: SIM115 - the caller closes it
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-            raise self._missing(key) from exc
+            return open(path, "rb")  # noqa: SIM115 - the caller closes it
         except OSError as exc:
-            if exc.errno == errno.ENAMETOOLONG:
+            if _no_file(exc, path):
                 raise self._missing(key) from exc
             raise
+
+
+def _no_file(exc: OSError, path: str) -> bool:
+    """Whether opening ``path`` for reading failed because no file is there: none, a
+    directory, a file where a directory should be, or a name too long for the file system
+    (``pyarrow.OSFile`` raises a plain ``OSError`` for a directory)."""
+    return (isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError))
+            or exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG)
+            or os.path.isdir(path))
 
 
 def _is_link(path: str) -> bool:
