@@ -271,6 +271,9 @@ def to_pandas(
             col = col.cast(pa.timestamp("us"))  # 0001-01-01 .. 9999-12-31 fit (ns would not)
         if f.name in categoricals and not pat.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
+        if f.name in categoricals and pat.is_null(col.type.value_type):
+            # nulls only (Arrow's dictionary is [null], a category pandas refuses): no categories
+            col = pa.DictionaryArray.from_arrays(pa.nulls(len(col), pa.int32()), pa.array([], pa.null()))
         arrays.append(col)
         fields.append(pa.field(f.name, col.type))
     meta = schema_pandas_metadata(schema) or {"columns": []}

@@ -167,6 +167,22 @@ def test_frames_own_their_columns(tmp_path, kind):
     drop_store(url)
 
 
+def test_a_column_of_nulls_only_reads_as_a_categorical_without_categories(tmp_path):
+    """Arrow encodes a null-typed column with the dictionary [null], a category pandas
+    refuses (it raised a raw ValueError): the categorical has no categories instead."""
+    df = pd.DataFrame({"p": [1, 1, 2], "x": [1, 2, 3], "s": pd.Series([None] * 3, dtype=object)})
+    kstore.store_dataset(str(tmp_path), "d", df, partition_on="p")
+    frames = {
+        "bounded": kstore.read_dataset(str(tmp_path), "d", categoricals=["s"]),
+        "residual": kstore.read_dataset(str(tmp_path), "d", predicates=[[("x", ">", 0)]], categoricals=["s"]),
+        "iterator": pd.concat(list(kstore.iter_dataset(str(tmp_path), "d", categoricals=["s"]))),
+    }
+    for how, got in frames.items():
+        assert isinstance(got["s"].dtype, pd.CategoricalDtype), how
+        assert list(got["s"].cat.categories) == [] and got["s"].isna().all() and len(got) == 3, how
+        assert sorted(got["x"].tolist()) == [1, 2, 3], how
+
+
 def test_snapshot_read_uses_the_bounded_path(tmp_path):
     url = new_store_url("file", tmp_path)
     df = pd.DataFrame({"p": [1, 1, 2], "x": [1.5, 2.5, 3.5], "s": ["a", "b", None]})
