@@ -586,7 +586,7 @@ def _schema_from_text(text: str | None, uuid: str) -> pa.Schema | None:
         return None
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-    except (ValueError, pa.ArrowInvalid) as exc:
+    except (ValueError, TypeError, OSError, pa.ArrowException) as exc:  # (a damaged flatbuffer: OSError)
         raise CorruptMetadataError(f"dataset {uuid!r}: the stored schema cannot be decoded") from exc
 
 
