@@ -272,16 +272,21 @@ def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: s
         except BaseException:
             _delete_by_token(store, dataset_uuid, table_name, token)
             raise
+    from distributed import as_completed
+
     futures = client.compute(parts.to_delayed())
     try:
-        for f in futures:  # wait for every task, failed or not
-            try:
-                f.exception()
-            except Exception:  # cancelled
-                pass
-        failed = [f for f in futures if f.status != "finished"]
-        done = client.gather([f for f in futures if f.status == "finished"])
-        results = [w for series in done for w in series]
+        # every task is waited for, failed or not; each result comes back as its task ends,
+        # so the transfers overlap the tasks still running instead of following the last one
+        position = {f.key: i for i, f in enumerate(futures)}
+        done: dict[int, list[_Written]] = {}
+        failed = []
+        for f, result in as_completed(futures, loop=client.loop, with_results=True, raise_errors=False):
+            if f.status == "finished":
+                done[position[f.key]] = result
+            else:
+                failed.append(f)
+        results = [w for i in sorted(done) for w in done[i]]
         if failed:
             _delete(store, [f.key for w in results for f in w.files])
             _delete_by_token(store, dataset_uuid, table_name, token)

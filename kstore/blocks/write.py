@@ -509,7 +509,9 @@ def index_file_bytes(index: ColumnIndex) -> bytes:
     Parquet stores dictionary-encoded strings either way, and readers get
     ``list<string>`` back. Without the stored Arrow schema (which would say
     "dictionary"), so only for value types Parquet restores exactly by itself; others are
-    written from the strings.
+    written from the strings. Statistics for the value column only: min/max labels of the
+    ``partition`` lists prune nothing and cost more than half the encoding (12 of 21 ms
+    for 800 files x 1,000 values).
 
     >>> import pyarrow as pa, pyarrow.parquet as pq
     >>> idx = ColumnIndex.build("x", pa.array([1, 2, 1]), pa.array(["a", "a", "b"]))
@@ -520,8 +522,8 @@ def index_file_bytes(index: ColumnIndex) -> bytes:
         labels = pa.DictionaryArray.from_arrays(pa.array(index.label_ids, pa.int32()), index.labels)
         lists = pa.ListArray.from_arrays(pa.array(index.offsets.astype(np.int32)), labels)
         table = pa.table({index.column: index.values, "partition": lists})
-        return _encoded(table, compression="snappy", store_schema=False)
-    return _encoded(index.to_table(), compression="snappy")
+        return _encoded(table, compression="snappy", store_schema=False, write_statistics=[index.column])
+    return _encoded(index.to_table(), compression="snappy", write_statistics=[index.column])
 
 
 def write_index_file(store: Store, dataset_uuid: str, index: ColumnIndex) -> str:
