@@ -62,7 +62,7 @@ from kstore.blocks.job import as_columns, delete_files, finish_write, merge_work
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import AsOf
+from kstore.core.arguments import AsOf, as_bool
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
@@ -326,6 +326,8 @@ def _write(
         raise InvalidArgumentError(
             f"dataset {dataset_uuid!r}: data must be a dask.dataframe.DataFrame, got {type(ddf).__name__}"
         )
+    shuffle = as_bool(shuffle, "shuffle")
+    compute = as_bool(compute, "compute")
     buckets = as_columns(bucket_by, "bucket_by")
     if buckets or num_buckets is not None:
         if not shuffle:

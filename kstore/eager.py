@@ -538,6 +538,8 @@ def read_dataset(
     >>> kstore.read_dataset("memory://read-doc", "d", as_arrow=True).num_rows
     2
     """
+    as_arrow = as_bool(as_arrow, "as_arrow")
+    dates_as_object = as_bool(dates_as_object, "dates_as_object")
     st = open_store(store)
     if as_arrow:
         return _plan_and_read(st, dataset_uuid, predicates, columns, version, as_of, table,
@@ -581,6 +583,8 @@ def iter_dataset(
     >>> [len(frame) for frame in kstore.iter_dataset("memory://iter-doc", "d")]
     [1, 1]
     """
+    as_arrow = as_bool(as_arrow, "as_arrow")
+    dates_as_object = as_bool(dates_as_object, "dates_as_object")
     st = open_store(store)
     plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of,
                                   stats=not as_arrow)

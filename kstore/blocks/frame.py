@@ -33,7 +33,7 @@ import pyarrow.dataset as ds
 import pyarrow.types as pat
 
 from kstore.blocks.read import NULLABLE_NUMPY_TYPES, read_plan, read_task, to_pandas
-from kstore.core.arguments import as_columns
+from kstore.core.arguments import as_bool, as_columns
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.runtime import parallel_map, pool_size
@@ -300,6 +300,7 @@ def read_frame(
     2  2  7
     """
     cats = list(as_columns(categoricals, "categoricals"))
+    dates_as_object = as_bool(dates_as_object, "dates_as_object")
     names = list(columns if columns is not None else plan.columns)
     if rows is not None and (len(rows) != len(plan.tasks) or not names or set(cats) - set(names)
                              or any(t.residual is not None for t in plan.tasks)):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from kstore.blocks.arrow import LOCAL_PARQUET, PARQUET
-from kstore.core.arguments import as_columns
+from kstore.core.arguments import as_bool, as_columns
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map, pool_size
@@ -256,6 +256,7 @@ def to_pandas(
     import json
 
     categoricals = list(as_columns(categoricals, "categoricals"))
+    dates_as_object = as_bool(dates_as_object, "dates_as_object")
     missing = [c for c in categoricals if c not in table.column_names]
     if missing:
         from kstore.errors import ColumnNotFoundError

@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
-from kstore.core.arguments import as_columns
+from kstore.core.arguments import as_bool, as_columns
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
@@ -289,6 +289,7 @@ class Snapshot:
         >>> len(plan.tasks), stats.num_rows
         (1, 1)
         """
+        stats = as_bool(stats, "stats")
         counting = CountingStore(self.store)
         meta = self.metadata
         schema = self._schema(counting, table)

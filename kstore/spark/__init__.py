@@ -34,6 +34,7 @@ from collections.abc import Sequence  # noqa: E402
 from datetime import datetime  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
+from kstore.core.arguments import as_bool  # noqa: E402
 from kstore.io.store import StoreLike  # noqa: E402
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
@@ -123,7 +124,7 @@ def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
         ks.register(spark)
         spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")
     """
-    if filter_pushdown and scans_keep_own_read_plan(spark):
+    if as_bool(filter_pushdown, "filter_pushdown") and scans_keep_own_read_plan(spark):
         spark.conf.set(_PUSHDOWN_CONF, "true")
         spark.dataSource.register(KstoreDataSource)
     else:

@@ -72,6 +72,20 @@ def test_wrong_types_name_the_position(function: str, args: Any, match: str, sto
     assert "npartitions" not in str(info.value)
 
 
+@pytest.mark.parametrize("function", ["store_dataset", "update_dataset"])
+@pytest.mark.parametrize("flag", ["shuffle", "compute"])
+@pytest.mark.parametrize("value", [pd.Series([True, False]), "no", 1], ids=["series", "text", "int"])
+def test_flags_take_true_or_false_only(function: str, flag: str, value: Any, store_url: str) -> None:
+    with dask.config.set(scheduler="sync"):
+        kd.store_dataset(store_url, "ds", _ddf([0]), partition_on=["p"])
+        before = {k: kstore.open_store(store_url).get(k) for k in kstore.open_store(store_url).iter_prefix("")}
+        with pytest.raises(InvalidArgumentError, match=flag):
+            getattr(kd, function)(store_url, "ds", _ddf([1, 2]), partition_on=["p"], **{flag: value})
+    st = kstore.open_store(store_url)
+    assert {k: st.get(k) for k in st.iter_prefix("")} == before  # refused before any write
+    assert _xs(store_url) == [0]
+
+
 def test_options_are_keyword_only(store_url: str) -> None:
     with pytest.raises(TypeError):
         kd.store_dataset(store_url, "ds", _ddf([1]), ["p"])  # type: ignore[misc]

@@ -453,3 +453,11 @@ def test_write_option_names_in_errors(spark, store):
     with pytest.raises(Exception, match=r"no write option 'mergeschemas' \(did you mean 'mergeSchema'\?\).*"
                                         r"mergeSchema, metadata"):
         kwrite(frame(spark, DAYS[:1]), "o", mergeSchemas="true").mode("append").save(store)
+
+
+@pytest.mark.parametrize("value", ["no", 0, pd.Series([True])], ids=["text", "int", "series"])
+def test_register_takes_true_or_false_only(spark, value):
+    before = spark.conf.get("spark.sql.python.filterPushdown.enabled", None)
+    with pytest.raises(InvalidArgumentError, match="filter_pushdown"):
+        ks.register(spark, filter_pushdown=value)
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled", None) == before  # nothing changed
