@@ -12,7 +12,11 @@ Steps: ``DW1`` write without a shuffle (each Dask partition writes one file per 
 holds: the layout all three produce by default), ``DW1s`` write with ``shuffle=True`` (one
 file per day; kstore and plateau), ``DR2`` the filtered read of the ``DW1`` dataset into
 pandas (rows checked against pandas filtering), ``DR2s`` the same on the ``DW1s``
-dataset. Wall seconds are the median of ``--repeats`` runs. One JSON line per step::
+dataset. Wall seconds are the median of ``--repeats`` runs; the write steps run the systems
+interleaved (each repetition runs every system once, so a shared box's load hits them
+alike) and, on the ``cluster`` scheduler, split each run into its tasks' summed compute and
+the time after the last task ended (kstore's commit). One JSON line per step, then the
+ratios of the medians::
 
     {"system": ..., "step": ..., "seconds": ..., "calls": ..., "rows": ..., "note": ...}
 
@@ -54,6 +58,25 @@ def _timed(fn: Callable[[], Any], repeats: int, prepare: Callable[[], None] | No
         out = fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out, times
+
+
+def _timed_tasks(fn: Callable[[], Any], client: Any) -> tuple[float, float | None, float | None]:
+    """Wall seconds of ``fn()``; on a distributed client also the summed compute of its
+    tasks and the seconds from the last task's end to ``fn``'s return."""
+    if client is None:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0, None, None
+    import distributed
+
+    with distributed.get_task_stream(client) as ts:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+        returned = time.time()
+    spans = [s for t in ts.data for s in t["startstops"] if s["action"] == "compute"]
+    compute = sum(s["stop"] - s["start"] for s in spans)
+    return wall, compute, (returned - max(s["stop"] for s in spans)) if spans else None
 
 
 def _warm_up() -> None:
@@ -116,19 +139,17 @@ def run_dask_bench(
             paths = {s: {} for s in systems}
             for shuffle in (False, True):
                 step = "DW1s" if shuffle else "DW1"
+                writers: dict[str, Callable[[], Any]] = {}
                 for system in systems:
                     path = os.path.join(root, f"{system}-{step}")
-
-                    def prepare(path=path) -> None:
-                        shutil.rmtree(path, ignore_errors=True)
-                        os.makedirs(path)
-
+                    paths[system][step] = path
                     if system == "kstore":
                         def write(path=path, shuffle=shuffle):
                             return kd.store_dataset("file://" + path, "sales", ddf, partition_on=["day"],
                                                     secondary_indices=["location"], shuffle=shuffle)
                     elif system == "dask":
                         if shuffle:
+                            del paths[system][step]
                             continue  # to_parquet has no shuffle option (ddf.shuffle + to_parquet is the user's job)
 
                         def write(path=path):
@@ -141,9 +162,22 @@ def run_dask_bench(
                         def write(path=path, shuffle=shuffle):
                             return store_dataset_from_ddf(ddf, "hfs://" + path, "sales", partition_on=["day"],
                                                           secondary_indices=["location"], shuffle=shuffle).compute()
-                    seconds, _, times = _timed(write, repeats, prepare)
-                    paths[system][step] = path
-                    out(system, step, seconds, n, f"{_count_files(path)} files", times)
+                    writers[system] = write
+                # interleaved: each repetition runs every system once, so a noisy neighbour
+                # slows all of them alike; on a cluster, the task stream splits each run into
+                # its tasks' compute and the time after the last task (the commit, for kstore)
+                runs: dict[str, list[tuple[float, float | None, float | None]]] = {s: [] for s in writers}
+                for _ in range(repeats):
+                    for system, write in writers.items():
+                        shutil.rmtree(paths[system][step], ignore_errors=True)
+                        os.makedirs(paths[system][step])
+                        runs[system].append(_timed_tasks(write, client))
+                for system, rs in runs.items():
+                    note = f"{_count_files(paths[system][step])} files"
+                    if client is not None:
+                        note += (f"; task compute {statistics.median(r[1] for r in rs):.2f} s"  # type: ignore[misc]
+                                 f"; after the last task {statistics.median(r[2] for r in rs):.3f} s")  # type: ignore[misc]
+                    out(system, step, statistics.median(r[0] for r in rs), n, note, [r[0] for r in rs])
 
                 rstep = "DR2s" if shuffle else "DR2"
                 for system in systems:
@@ -187,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     records = run_dask_bench(200_000 if args.small else args.n, npartitions=args.npartitions,
                              scheduler=args.scheduler, repeats=args.repeats,
                              systems=tuple(args.systems.split(",")))
+    sec = {(r["system"], r["step"]): r["seconds"] for r in records if r["seconds"]}
+    print("\nratios (medians, same run):")
+    for label, a, b, target in (("DW1 kstore / to_parquet", ("kstore", "DW1"), ("dask", "DW1"), "target <= 1.0x"),
+                                ("DW1 plateau / to_parquet", ("plateau", "DW1"), ("dask", "DW1"), ""),
+                                ("DR2 kstore / read_parquet", ("kstore", "DR2"), ("dask", "DR2"), "")):
+        if a in sec and b in sec:
+            print(f"  {label:28s} {sec[a] / sec[b]:.2f}x  {target}")
     return 0 if all("WRONG" not in r["note"] for r in records) else 1
 
 

@@ -27,7 +27,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.runtime import parallel_map
 from kstore.core.stats import check_stats_table
-from kstore.core.types import check_dataset_schema, duplicate_names, storage_schema
+from kstore.core.types import check_dataset_schema, decoded_schema, duplicate_names, storage_schema
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
@@ -80,7 +80,7 @@ def read_parquet_bytes(data: bytes, what: str) -> pa.Table:
                 f"{what} holds {size} bytes of data, more than the limit of {serialize.MAX_METADATA_BYTES} "
                 "(MAX_METADATA_BYTES); refusing to read it"
             )
-        _check_unique_names(pf.schema_arrow.names, what)
+        _check_unique_names(decoded_schema(pf.schema_arrow).names, what)
         return pf.read(use_threads=False)  # (bytes Python owns: see kstore.io.arrowfs.open_for_arrow)
     except (pa.ArrowException, OSError, ValueError) as exc:
         if isinstance(exc, (LimitExceededError, CorruptMetadataError)):
@@ -533,7 +533,7 @@ def load_schema(store: Store, meta: DatasetMetadata, table: str | None = None) -
     except KeyNotFoundError as exc:
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: schema file {key!r} is missing") from exc
     try:
-        schema = pq.read_schema(pa.BufferReader(data))
+        schema = decoded_schema(pq.read_schema(pa.BufferReader(data)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptMetadataError(f"dataset {meta.uuid!r}: {key!r} is not a Parquet schema ({exc})") from exc
     # plateau under pandas 3 writes large_string (etc.) here; kstore's types are the plain ones

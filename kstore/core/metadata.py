@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from kstore.core import naming, serialize
 from kstore.core.filetable import ColumnarPartitions, FileTable
+from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError, LimitExceededError
 
 __all__ = ["DatasetMetadata", "FORMAT_VERSION", "KSTORE_FORMAT"]
@@ -585,7 +586,7 @@ def _schema_from_text(text: str | None, uuid: str) -> pa.Schema | None:
     if not text:
         return None
     try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+        return decoded_schema(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text))))
     except (ValueError, TypeError, OSError, pa.ArrowException) as exc:  # (a damaged flatbuffer: OSError)
         raise CorruptMetadataError(f"dataset {uuid!r}: the stored schema cannot be decoded") from exc
 

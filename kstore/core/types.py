@@ -69,6 +69,7 @@ __all__ = [
     "pandas_metadata",
     "with_pandas_metadata",
     "describe",
+    "decoded_schema",
 ]
 
 
@@ -274,6 +275,33 @@ _PARTITION_OK = (
     pat.is_date32,
     pat.is_timestamp,
 )
+
+
+def decoded_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema``, after reading every field name and time zone it holds (nested ones too).
+
+    A schema decoded from damaged bytes can carry a name or zone that is not UTF-8; pyarrow
+    raises ``UnicodeDecodeError`` (a ``ValueError``) only when that text is first read,
+    which may be far from the file. Readers of stored bytes call this where they turn
+    decoding errors into :class:`~kstore.errors.CorruptMetadataError`.
+
+    >>> decoded_schema(pa.schema([("t", pa.list_(pa.timestamp("us", "UTC")))])).names
+    ['t']
+    """
+    def types(t: pa.DataType) -> None:
+        if pat.is_timestamp(t):
+            _ = t.tz
+        elif pat.is_dictionary(t):
+            types(t.value_type)
+        for i in range(t.num_fields):
+            child = t.field(i)
+            _ = child.name
+            types(child.type)
+
+    for field in schema:
+        _ = field.name
+        types(field.type)
+    return schema
 
 
 def check_partition_type(column: str, t: pa.DataType) -> None:

@@ -210,3 +210,62 @@ def test_planning_a_derived_table_gives_the_same_files_and_keys(predicates):
     b = plan_read(meta_of(derived), SCHEMA, predicates)
     assert [(t.label, t.key) for t in a.tasks] == [(t.label, t.key) for t in b.tasks] and a.tasks
     assert b.tasks[0].key == derived_keys(pa.array([b.tasks[0].label]), UUID, "table")[0].as_py()
+
+
+def _tz_state() -> DatasetMetadata:
+    """A state whose stored schemas hold time zones and a non-ASCII name: text pyarrow
+    decodes only when it is first read."""
+    import datetime as dt
+
+    schema = pa.schema([("p", pa.int64()), ("t", pa.timestamp("us", "Europe/Paris")),
+                        ("né", pa.list_(pa.timestamp("us", "UTC")))])
+    when = dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
+    stats = [FileStats(1, 10, {"t": (when, when, 0)}) for _ in range(2)]
+    rows = file_rows(["p=1/a", "p=2/b"], ["table"] * 2, [f"{UUID}/table/p={i}/{c}.parquet" for i, c in ((1, "a"), (2, "b"))],
+                     stats, schema, {})
+    return (DatasetMetadata.new(UUID, partition_keys=("p",)).evolve(version=3, schema=schema)
+            .with_files(FileTable(rows)))
+
+
+def _every_text(meta: DatasetMetadata) -> None:
+    """Read every name and time zone of what a decoder returned (what later code does)."""
+    from kstore.core.types import decoded_schema, normalize_schema
+
+    for schema in (meta.schema, meta.files.table.schema):
+        decoded_schema(schema)
+        normalize_schema(pa.schema([f for f in schema if not pa.types.is_null(f.type)]))
+
+
+@pytest.mark.parametrize("form", ["checkpoint", "log entry"])
+def test_damaged_names_and_time_zones_are_corrupt_metadata(form):
+    """Every byte of a checkpoint (or a log entry's Arrow IPC) set to 0xFE, which is never
+    UTF-8: the decoder refuses it with CorruptMetadataError or returns a state whose names
+    and time zones all read. A byte inside a time zone or a name used to pass the decoder
+    and raise UnicodeDecodeError at the first use of the type (found by the damaged-files
+    fuzz suite: ``gc_dry_run`` raised it from ``normalize_type``)."""
+    import base64
+
+    from kstore.core.filetable import from_ipc_text, ipc_text
+
+    meta = _tz_state()
+    if form == "checkpoint":
+        raw = checkpoint_bytes(meta)
+
+        def decode(data: bytes) -> None:
+            _every_text(from_checkpoint(data, dataset_uuid=UUID, version=3))
+    else:
+        raw = base64.b64decode(ipc_text(meta.files.table))
+
+        def decode(data: bytes) -> None:
+            table = from_ipc_text(base64.b64encode(data).decode("ascii"), "log entry 3")
+            _every_text(meta.with_files(FileTable(table)))
+    decode(raw)  # the undamaged bytes read
+    causes = set()
+    for i in range(len(raw)):
+        damaged = bytearray(raw)
+        damaged[i] = 0xFE
+        try:
+            decode(bytes(damaged))
+        except CorruptMetadataError as exc:
+            causes.add(type(exc.__cause__).__name__)
+    assert "UnicodeDecodeError" in causes  # the damage reached names and time zones

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kstore.core import naming, serialize
 from kstore.core.metadata import FORMAT_VERSION, KSTORE_FORMAT, DatasetMetadata
-from kstore.errors import CorruptMetadataError, InvalidKeyError
+from kstore.errors import CorruptMetadataError, InvalidKeyError, KstoreError
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -466,23 +466,34 @@ def test_a_damaged_stored_schema_is_corrupt_metadata() -> None:
     """Every one-byte damage of the schema a state stores (base64 Arrow IPC) decodes or is a
     CorruptMetadataError: Arrow raises OSError, ArrowInvalid or ArrowNotImplementedError for
     damaged flatbuffers (an OSError escaped from a damaged checkpoint, found by the fuzz
-    suite)."""
+    suite), and UnicodeDecodeError only when a damaged name or time zone is first read
+    (what decodes must have readable names and time zones)."""
     import base64
 
     from kstore.core.metadata import _schema_from_text
+    from kstore.core.types import decoded_schema, normalize_schema
     from kstore.errors import CorruptMetadataError
 
-    raw = pa.schema([("x", pa.int64()), ("s", pa.string()), ("d", pa.date32())]).serialize().to_pybytes()
+    raw = pa.schema([("x", pa.int64()), ("s", pa.string()), ("d", pa.date32()),
+                     ("t", pa.timestamp("us", "Europe/Paris")), ("né", pa.list_(pa.timestamp("us", "UTC")))],
+                    ).serialize().to_pybytes()
     refused = set()
     for i in range(len(raw)):
-        for value in (0x00, 0x7F, 0xFF):
+        for value in (0x00, 0x7F, 0xFE, 0xFF):  # 0xFE / 0xFF: never UTF-8 (in a name or a time zone)
             damaged = bytearray(raw)
             damaged[i] = value
             try:
-                _schema_from_text(base64.b64encode(bytes(damaged)).decode("ascii"), "ds")
+                schema = _schema_from_text(base64.b64encode(bytes(damaged)).decode("ascii"), "ds")
             except CorruptMetadataError as exc:
                 assert "'ds'" in str(exc) and "schema" in str(exc)
                 refused.add(type(exc.__cause__).__name__)
-    assert {"OSError", "ArrowInvalid", "ArrowNotImplementedError"} <= refused
+                continue
+            assert schema is not None
+            decoded_schema(schema)  # what decodes has readable names and time zones
+            try:
+                normalize_schema(schema)
+            except KstoreError:
+                pass  # a type kstore does not store (UnsupportedTypeError) is refused clearly
+    assert {"OSError", "ArrowInvalid", "ArrowNotImplementedError", "UnicodeDecodeError"} <= refused
     with pytest.raises(CorruptMetadataError):
         _schema_from_text(12, "ds")  # type: ignore[arg-type]
