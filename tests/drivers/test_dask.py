@@ -565,6 +565,78 @@ def test_a_failing_task_commits_nothing(scheduler, url, where):
     assert data_keys(url) == before_keys
 
 
+class DyingStore(LocalStore):
+    """A local directory whose worker process dies (``os._exit``) right after writing the
+    second data file of Dask partition 1: once (a marker file remembers it), or every time."""
+
+    def __init__(self, root: str, marker: str, always: bool) -> None:
+        super().__init__(root)
+        self.url = None  # no URL: workers get the factory
+        self.marker, self.always, self.written = marker, always, 0
+
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        stem = key.rsplit("/", 1)[-1][: -len(".parquet")]
+        if key.endswith(".parquet") and int(stem[-12:-5], 16) == 1:  # the file id's partition number
+            self.written += 1
+            if self.written == 2 and (self.always or not os.path.exists(self.marker)):
+                open(self.marker, "a").close()
+                os._exit(1)  # the worker process dies: no exception, no cleanup
+
+
+class DyingFactory:
+    def __init__(self, root: str, marker: str, always: bool) -> None:
+        self.root, self.marker, self.always = root, marker, always
+
+    def __call__(self) -> DyingStore:
+        return DyingStore(self.root, self.marker, self.always)
+
+
+@pytest.fixture
+def own_cluster():
+    """A cluster of its own (workers die here), with one retry per task: 3 workers, so that
+    after two deaths one is still up to run the other tasks (the test does not wait on the
+    nannies restarting the dead ones, which a loaded machine may not finish)."""
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", silence_logs=50)
+        client = distributed.Client(cluster, set_as_default=False)
+    try:
+        with dask.config.set(scheduler=client):
+            yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("always", [False, True], ids=["dies-once", "dies-every-time"])
+def test_a_worker_process_dying_mid_write(own_cluster, tmp_path, always):
+    """A worker killed after writing part of its files: the retried task's write commits
+    every row exactly once; a task that kills every worker it runs on fails the write, which
+    commits nothing and leaves none of its files (those the dead workers wrote included)."""
+    root = str(tmp_path / "store")
+    url = "file://" + root
+    kstore.store_dataset(url, UUID, frame(30), partition_on=["p"])
+    before = data_keys(url)
+    factory = DyingFactory(root, str(tmp_path / "died"), always)
+    if always:
+        with pytest.raises(distributed.scheduler.KilledWorker):
+            kd.update_dataset(factory, UUID, ddf_of(frame(start=30), 4))
+        assert data_keys(url) == before  # the dead attempts' files are gone too
+        assert kstore.load_metadata(url, UUID).version == 0
+        assert sorted(kstore.read_dataset(url, UUID)["id"]) == list(range(30))
+    else:
+        meta = kd.update_dataset(factory, UUID, ddf_of(frame(start=30), 4))
+        assert os.path.exists(tmp_path / "died")  # a worker did die
+        got = kstore.read_dataset(url, UUID)
+        assert sorted(got["id"]) == list(range(N + 30))  # every row once: no lost, no doubled rows
+        committed = {meta.file_key(lab) for lab in meta.partitions}
+        assert committed <= data_keys(url)
+        # the dead attempt's files are not part of the dataset (garbage collection's orphans)
+        assert len(data_keys(url) - committed) >= 2  # (and those of tasks whose results died with it)
+
+
 def test_partitions_disagreeing_on_a_type_commit_nothing(scheduler, url):
     df = frame()
     parts = [df.iloc[:120], df.iloc[120:].assign(x=lambda d: d["x"].astype(float))]
