@@ -634,7 +634,11 @@ def test_a_worker_process_dying_mid_write(own_cluster, tmp_path, always):
         committed = {meta.file_key(lab) for lab in meta.partitions}
         assert committed <= data_keys(url)
         # the dead attempt's files are not part of the dataset (garbage collection's orphans)
-        assert len(data_keys(url) - committed) >= 2  # (and those of tasks whose results died with it)
+        orphans = data_keys(url) - committed
+        assert len(orphans) >= 2  # (and those of tasks whose results died with it)
+        result = kstore.garbage_collect(url, UUID, retention=dt.timedelta(0), enforce_retention_duration=False)
+        assert orphans <= set(result.deleted_files) and data_keys(url) == committed
+        assert sorted(kstore.read_dataset(url, UUID)["id"]) == list(range(N + 30))
 
 
 def test_partitions_disagreeing_on_a_type_commit_nothing(scheduler, url):

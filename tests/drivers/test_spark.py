@@ -23,6 +23,7 @@ What is checked:
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import sys
 import time
@@ -868,18 +869,19 @@ class _FailingStore(_LoggingStore):
     """A logging store whose data-file ``put`` fails in Spark partition ``partition`` after
     ``after`` files (a task failing mid-write). With ``wait_for``, the failure first waits
     (up to 60 s) until that many data files were put in total, so the other task has
-    finished writing; with ``first_attempt_only`` the retry succeeds."""
+    finished writing; with ``first_attempt_only`` the retry succeeds. With ``die`` the
+    Python worker process exits instead (``os._exit``: no exception, no cleanup)."""
 
     def __init__(self, root: str, log: str, partition: int, after: int, wait_for: int = 0,
-                 first_attempt_only: bool = False) -> None:
+                 first_attempt_only: bool = False, die: bool = False) -> None:
         super().__init__(root, log)
         self.partition, self.after, self.wait_for = partition, after, wait_for
-        self.first_attempt_only = first_attempt_only
+        self.first_attempt_only, self.die = first_attempt_only, die
         self.puts = 0
 
     def __reduce__(self):
         return (_FailingStore, (self.root, self.log, self.partition, self.after, self.wait_for,
-                                self.first_attempt_only))
+                                self.first_attempt_only, self.die))
 
     def put(self, key: str, data: bytes) -> None:
         from pyspark import TaskContext
@@ -892,6 +894,8 @@ class _FailingStore(_LoggingStore):
             while (time.monotonic() < deadline
                    and Path(self.log).read_text().count("put ") < self.wait_for):
                 time.sleep(0.1)
+            if self.die:
+                os._exit(1)
             raise RuntimeError("injected failure")
         super().put(key, data)
         if failing:
@@ -1003,6 +1007,27 @@ def test_retried_task_commits_only_the_successful_attempt(spark, store, tmp_path
     assert len(deleted) == 3  # the first attempt's 3 files
     assert not set(deleted) & set(referenced_data_keys(store, "r"))
     assert data_keys(store, "r") == referenced_data_keys(store, "r")
+
+
+def test_a_python_worker_dying_mid_write_is_retried_and_commits_every_row_once(spark, store, tmp_path,
+                                                                               small_batches):
+    """The Python worker of a task's first attempt exits after writing 3 files (a killed
+    process: nothing of the attempt's own cleanup runs). Spark retries the task; the commit
+    holds the retry's files only, every row once; the dead attempt's files are orphans that
+    garbage collection removes."""
+    src = two_partitions(spark)
+    dying = FailingLog(store, str(tmp_path / "calls.log"), partition=1, after=3, first_attempt_only=True, die=True)
+    meta = ks.store_dataset(src, dying, "k", partition_on="day", chunk_bytes=1)
+    assert ids_of(store, "k") == list(range(100, 300))  # no row twice, none missing
+    n_files = -(-rows_in_partition(src, 0) // 10) + -(-rows_in_partition(src, 1) // 10)
+    assert meta.version == 0 and len(meta.partitions) == n_files
+    assert dying.keys("delete") == []  # the dead attempt cleaned up nothing
+    orphans = data_keys(store, "k") - referenced_data_keys(store, "k")
+    assert len(orphans) == 3 and orphans <= set(dying.keys("put"))
+    result = kstore.garbage_collect(store, "k", retention=timedelta(0), enforce_retention_duration=False)
+    assert orphans <= set(result.deleted_files)
+    assert data_keys(store, "k") == referenced_data_keys(store, "k")
+    assert ids_of(store, "k") == list(range(100, 300))
 
 
 # ---------------------------------------------------------------------------------------
