@@ -49,11 +49,9 @@ from side_by_side import make_data  # noqa: E402  (the WORKLOAD.md data, one def
 Q_LOCATION = 7
 
 
-def _timed(fn: Callable[[], Any], repeats: int, prepare: Callable[[], None] | None = None) -> tuple[float, Any, list]:
+def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any, list]:
     times, out = [], None
     for _ in range(repeats):
-        if prepare is not None:
-            prepare()
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)

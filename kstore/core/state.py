@@ -44,9 +44,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstore.core.filetable import IDX, SYNC_IPC, Actions, FileTable, from_ipc_text, ipc_text, string_bytes
+from kstore.core.filetable import (
+    IDX,
+    SYNC_IPC,
+    Actions,
+    FileTable,
+    checked_ipc_table,
+    from_ipc_text,
+    ipc_text,
+    string_bytes,
+)
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError, LimitExceededError
 
 __all__ = ["Decoded", "encode_actions", "decode_actions", "replay", "checkpoint_bytes", "from_checkpoint",
@@ -207,9 +215,7 @@ def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: 
     """The state a checkpoint holds (validated; ``version`` is the one its key names)."""
     where = f"dataset {dataset_uuid!r}: checkpoint of version {version}"
     try:
-        table = pa.ipc.open_file(pa.py_buffer(data), options=SYNC_IPC).read_all()  # (see SYNC_IPC)
-        decoded_schema(table.schema)
-        table.validate(full=True)  # (see from_ipc_text)
+        table = checked_ipc_table(pa.ipc.open_file(pa.py_buffer(data), options=SYNC_IPC).read_all())  # (see SYNC_IPC)
         if max_bytes is not None and table.nbytes > max_bytes:
             raise LimitExceededError(f"{where} holds {table.nbytes} bytes of data, more than the limit of {max_bytes}")
     except (pa.ArrowException, OSError, ValueError) as exc:
