@@ -152,6 +152,9 @@ def _file_id(token: str, number: int, bucket: int) -> str:
 class _WritePartition:
     """The function Dask maps over the partitions: write files, return their records."""
 
+    #: the tasks' name in Dask's dashboard, progress bars and task stream (``kstore-write-<token>``)
+    __name__ = "kstore-write"
+
     def __init__(self, factory: Callable[[], Store], dataset_uuid: str, partition_on: tuple[str, ...],
                  index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool,
                  options: WriteOptions = DEFAULT_OPTIONS) -> None:

@@ -73,6 +73,10 @@ __all__ = [
 #: Dask W1 tasks 20% slower with 2 threads each on 2 cores than with 1)
 ENGINE_TASK_THREADS = 1
 
+#: most rows one ``take`` gathers for a run of partitions (:meth:`Split.tables`): enough to
+#: gather at Arrow's sequential speed, few enough that each writer thread holds little
+GATHER_ROWS = 1 << 17
+
 #: Parquet writer options for data files (kartothek 5.3 / pyarrow 6 can read them).
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "snappy", "write_statistics": True}
 
@@ -289,6 +293,44 @@ class Split:
             idx = by if idx is None else idx[by]
         return self.data if idx is None else self.data.take(pa.array(idx))
 
+    def tables(self, groups: Sequence[int], sort_by: Sequence[str] = ()) -> list[pa.Table]:
+        """The tables of ``groups``, ascending group numbers: unsorted, one ``take`` gathers
+        the rows from the first group's to the last's and each group is a zero-copy slice of
+        it (a 625k-row chunk in 100 groups: 18 ms against 26-34 ms for a take per group);
+        sorted, :meth:`table` per group.
+
+        >>> s = split_rows(pa.table({"p": [2, 1, 2, 1], "x": [0, 1, 2, 3]}), ["p"])
+        >>> s.values, [t.column("x").to_pylist() for t in s.tables([0, 1])]
+        ([(2,), (1,)], [[0, 2], [1, 3]])
+        """
+        if sort_by or self.order is None or len(groups) < 2:
+            return [self.table(g, sort_by) for g in groups]
+        lo, hi = int(self.starts[groups[0]]), int(self.starts[groups[-1] + 1])
+        block = self.data.take(pa.array(self.order[lo:hi]))
+        return [block.slice(int(self.starts[g]) - lo, self.rows(g)) for g in groups]
+
+    def runs(self, groups: Sequence[int], parts: int, max_rows: int | None = None) -> list[list[int]]:
+        """``groups`` (ascending) cut into runs of consecutive groups for :meth:`tables`: at
+        most ``max_rows`` (default :data:`GATHER_ROWS`) rows a run (a larger group alone)
+        and, rows allowing, at least ``parts`` runs, so that ``parts`` writers share the work.
+
+        >>> s = split_rows(pa.table({"p": [1, 1, 2, 3, 3, 3]}), ["p"])
+        >>> s.runs([0, 1, 2], 2)
+        [[0, 1], [2]]
+        """
+        total = sum(self.rows(g) for g in groups)
+        cap = max(1, min(GATHER_ROWS if max_rows is None else max_rows, -(-total // max(1, parts))))
+        out: list[list[int]] = []
+        rows = 0
+        for g in groups:
+            if out and rows + self.rows(g) <= cap:
+                out[-1].append(g)
+                rows += self.rows(g)
+            else:
+                out.append([g])
+                rows = self.rows(g)
+        return out
+
 
 def split_rows(table: pa.Table, partition_on: Sequence[str], *, dataset: str = "?") -> Split:
     """Group the rows of ``table`` by the values of ``partition_on`` (vectorized, no copy of
@@ -444,23 +486,36 @@ def write_partitions(
              for g in range(len(split)) if split.rows(g) > 0]
 
     opts = options or DEFAULT_OPTIONS
+    keys = {g: lk for lk, g in named}
+    threads = pool_size(len(named), max_workers, cpu_bound=True)
+    # runs of groups, one gather each, a few per thread (bounded memory: one run a thread)
+    runs = split.runs([g for _, g in named], threads * 4)
 
-    def work(item: tuple[tuple[str, str], int]) -> WrittenFile:
-        (label, key), g = item  # the worker gathers its group's rows: parallel, one group at a time
-        return _write_file(store, label, key, table_name, partition_on, split.table(g, opts.sort_by),
-                           index_columns, opts, presorted=True)
+    def work(run: list[int]) -> list[WrittenFile]:
+        done: list[WrittenFile] = []  # the worker gathers its run's rows: parallel, one run at a time
+        key = None
+        try:
+            for g, data in zip(run, split.tables(run, opts.sort_by)):
+                label, key = keys[g]
+                done.append(_write_file(store, label, key, table_name, partition_on, data, index_columns, opts,
+                                        presorted=True))
+        except BaseException:
+            # this run's files, and the key being put: a put that failed may still have landed
+            _delete_keys(store, [f.key for f in done] + ([key] if key is not None else []))
+            raise
+        return done
 
     written: list[WrittenFile] = []
     try:
-        threads = pool_size(len(named), max_workers, cpu_bound=True)
+        threads = min(threads, len(runs))
         if threads <= 1:
-            for item in named:
-                written.append(work(item))
+            for run in runs:
+                written.extend(work(run))
         else:
             with ThreadPoolExecutor(threads) as pool:
-                futures = [pool.submit(work, item) for item in named]
+                futures = [pool.submit(work, run) for run in runs]
             failed = [exc for f in futures if (exc := f.exception()) is not None]
-            written = [f.result() for f in futures if f.exception() is None]
+            written = [w for f in futures if f.exception() is None for w in f.result()]
             if failed:
                 raise failed[0]
         log.debug("dataset %r: wrote %d file(s), %d row(s), %d byte(s) (%d thread(s); not committed yet)",
@@ -474,8 +529,12 @@ def write_partitions(
 
 def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
     """Best-effort delete of written files (GC removes what is left)."""
+    _delete_keys(store, [f.key for f in files])
+
+
+def _delete_keys(store: Store, keys: Sequence[str]) -> None:
     try:
-        delete_many(store, [f.key for f in files])
+        delete_many(store, keys)
     except Exception:
         pass
 

@@ -129,22 +129,25 @@ class ColumnIndex:
         ([0, 1], ['a', 'c'])
         """
         values, vtype = _index_values(values)
-        keep = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
-        values = values.filter(pa.array(keep))
-        ids = np.asarray(ids, dtype=np.int64)[keep]
+        ids = np.asarray(ids, dtype=np.int64)
+        if values.null_count:
+            keep = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
+            values, ids = values.filter(pa.array(keep)), ids[keep]
         if len(values) == 0:
             return cls.empty(column, vtype)
-        # the used ids and each pair's position among them (ascending: one pass, no sort)
-        new = np.empty(len(ids), dtype=bool)
-        new[0] = True
-        np.not_equal(ids[1:], ids[:-1], out=new[1:])
-        used, local = ids[new], np.cumsum(new) - 1
-        return cls._grouped(column, vtype, values, pa.array(local.astype(np.int64)),
-                            names.take(pa.array(used)).cast(pa.string()), ids_ascending=True)
+        # the used ids, and each pair's position among them: a lookup table as long as the
+        # names (ids are small), not a pass over every pair (800k pairs: 1 ms, not 5)
+        present = np.zeros(int(ids[-1]) + 1, dtype=bool)
+        present[ids] = True
+        used = np.flatnonzero(present)
+        small = np.int32 if len(used) < (1 << 31) else np.int64
+        local = (np.cumsum(present, dtype=small) - 1)[ids]
+        return cls._grouped(column, vtype, values, local, names.take(pa.array(used)).cast(pa.string()),
+                            ids_ascending=True)
 
     @classmethod
-    def _grouped(cls, column: str, vtype: pa.DataType, values: pa.Array | pa.ChunkedArray, ids: pa.Array,
-                 label_dict: pa.Array, *, ids_ascending: bool = False) -> ColumnIndex:
+    def _grouped(cls, column: str, vtype: pa.DataType, values: pa.Array | pa.ChunkedArray,
+                 ids: pa.Array | np.ndarray, label_dict: pa.Array, *, ids_ascending: bool = False) -> ColumnIndex:
         """The index of (value, label id) pairs: sorted, duplicates dropped, grouped. With
         ``ids_ascending`` (the pairs come in label id order) a stable sort by value alone
         gives the (value, id) order."""
@@ -154,7 +157,8 @@ class ColumnIndex:
             pairs = pa.table({"v": values, "i": ids})
             order = pc.sort_indices(pairs, sort_keys=[("v", "ascending"), ("i", "ascending")])
         v = (values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values).take(order)
-        i = ids.to_numpy(zero_copy_only=False)[order.to_numpy(zero_copy_only=False)]
+        i = ids if isinstance(ids, np.ndarray) else ids.to_numpy(zero_copy_only=False)
+        i = i[order.to_numpy(zero_copy_only=False)]
         if len(v) > 1:  # drop repeated (value, partition) pairs: they are adjacent now
             a, b = v.slice(1), v.slice(0, len(v) - 1)
             eq = pc.equal(a, b)
@@ -176,7 +180,7 @@ class ColumnIndex:
             starts = np.concatenate((starts, [n_real]))
         offsets = np.concatenate((starts, [n])).astype(np.int64)
         uniq = v.take(pa.array(starts))
-        return cls(column, uniq, offsets, i.astype(np.int32), label_dict)
+        return cls(column, uniq, offsets, i.astype(np.int32, copy=False), label_dict)
 
     @classmethod
     def empty(cls, column: str, vtype: pa.DataType) -> ColumnIndex:

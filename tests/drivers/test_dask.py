@@ -673,3 +673,19 @@ def test_in_process_stores_and_process_workers(client, url):
         assert len(kd.read_dataset(name, UUID).compute()) == 10
         kd.update_dataset(name, UUID, ddf_of(frame(5, start=10), 1))
         assert sorted(kd.read_dataset(name, UUID).compute()["id"]) == list(range(15))
+
+
+def test_write_tasks_carry_a_kstore_name(tmp_path):
+    """The write's tasks are ``kstore-write-<token>`` in the task stream, the dashboard and
+    progress bars (not the repr of an object), as the read's are ``kstore-read-<dataset>``."""
+    from dask.callbacks import Callback
+    from dask.utils import key_split
+
+    keys: list = []
+    df = pd.DataFrame({"p": [1, 1, 2, 2], "x": [1, 2, 3, 4]})
+    with Callback(pretask=lambda key, dsk, state: keys.append(key)), dask.config.set(scheduler="sync"):
+        kd.store_dataset("file://" + str(tmp_path), "named", dd.from_pandas(df, npartitions=2), partition_on=["p"])
+    names = {key_split(k) for k in keys}
+    assert "kstore-write" in names, names
+    assert not any("object at 0x" in n for n in names), names
+    assert len(kstore.read_dataset("file://" + str(tmp_path), "named")) == 4

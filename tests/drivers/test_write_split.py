@@ -1,0 +1,85 @@
+"""The write block's split of a chunk into partition files (kstore.blocks.write).
+
+Rows are grouped by partition value, gathered in runs of consecutive groups (one ``take``
+a run, each group a zero-copy slice) and written by a pool of writers. These tests try to
+break that: every row in exactly one file and in input order, runs that cover every group
+once, and a store call failing at any point of a many-run write leaving no file behind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kstore.blocks.write as bw
+from kstore.errors import StoreError
+from kstore.io.memory import MemoryStore
+
+
+def _table(keys: list[int], second: list[str] | None = None) -> pa.Table:
+    cols = {"p": pa.array(keys, pa.int64()), "row": pa.array(np.arange(len(keys)), pa.int64()),
+            "s": pa.array([f"v{i % 7}" for i in range(len(keys))], pa.string())}
+    if second is not None:
+        cols["q"] = pa.array(second, pa.string())
+    return pa.table(cols)
+
+
+@settings(max_examples=150, deadline=None)
+@given(keys=st.lists(st.integers(0, 12), max_size=200), two_keys=st.booleans(),
+       parts=st.integers(1, 20), gather=st.integers(1, 80), data=st.data())
+def test_runs_cover_every_group_once_and_gather_the_rows_a_take_per_group_would(keys, two_keys, parts, gather, data):
+    second = data.draw(st.lists(st.sampled_from(["a", "b"]), min_size=len(keys), max_size=len(keys))) if two_keys else None
+    table = _table(keys, second)
+    on = ["p", "q"] if two_keys else ["p"]
+    split = bw.split_rows(table, on)
+    groups = [g for g in range(len(split)) if split.rows(g) > 0]
+    runs = split.runs(groups, parts, max_rows=gather)
+    assert [g for r in runs for g in r] == groups  # every group once, in order
+    cap = max(1, min(gather, -(-len(keys) // parts)))
+    for r in runs:
+        assert r == list(range(r[0], r[-1] + 1))  # consecutive: one gather serves the run
+        assert len(r) == 1 or sum(split.rows(g) for g in r) <= cap
+    seen = []
+    for r in runs:
+        for g, got in zip(r, split.tables(r)):
+            assert got.equals(split.table(g))
+            rows = got.column("row").to_pylist()
+            assert rows == sorted(rows)  # input order kept within a partition
+            want = {tuple(table.column(c)[i].as_py() for c in on) for i in rows}
+            assert want == {split.values[g]}  # every row of the group has the group's values
+            seen += rows
+    assert sorted(seen) == list(range(len(keys)))  # every row exactly once
+
+
+class _Failing(MemoryStore):
+    """Put number ``at`` fails: before it takes effect, or after it (a lost reply)."""
+
+    def __init__(self, at: int, after: bool) -> None:
+        super().__init__()
+        self.at, self.after, self.puts = at, after, 0
+
+    def put(self, key, data):
+        self.puts += 1
+        if self.puts == self.at and not self.after:
+            raise StoreError(f"injected failure of put {key}")
+        super().put(key, data)
+        if self.puts == self.at:
+            raise StoreError(f"injected lost reply of put {key}")
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["fails", "reply-lost"])
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_put_failing_anywhere_in_a_many_run_write_leaves_no_file(monkeypatch, threads, after):
+    monkeypatch.setattr(bw, "GATHER_ROWS", 25)  # 30 partitions of 10 rows: runs of 2, many per writer
+    table = _table([i % 30 for i in range(300)])
+    probe = _Failing(at=0, after=False)
+    files = bw.write_partitions(probe, "ds", table, partition_on=["p"], index_columns=["s"], max_workers=threads)
+    assert len(files) == 30 and sum(f.stats.rows for f in files) == 300
+    for at in range(1, 31):
+        store = _Failing(at=at, after=after)
+        with pytest.raises(StoreError, match="injected"):
+            bw.write_partitions(store, "ds", table, partition_on=["p"], index_columns=["s"], max_workers=threads)
+        assert list(store.iter_prefix("")) == [], f"put {at} failed and left files behind"
