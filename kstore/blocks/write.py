@@ -410,6 +410,14 @@ def sort_rows(data: pa.Table, sort_by: Sequence[str]) -> pa.Table:
 def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, presorted: bool = False) -> bytes:
     """One data file's bytes: ``data`` encoded with ``options`` (sorted by ``options.sort_by``
     first unless ``presorted``, the order recorded as the row groups' sorting columns)."""
+    return _data_file(data, options, presorted=presorted)[0]
+
+
+def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
+               plain: frozenset[str] = frozenset()) -> tuple[bytes, frozenset[str]]:
+    """:func:`parquet_bytes`, with ``use_dictionary="auto"``'s columns in ``plain`` written
+    without a dictionary; also returns the columns whose dictionary did not pay in this
+    file (:func:`dictionary_misses`), which the writer's next file writes plain."""
     # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
     file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
     data = data.replace_schema_metadata(file_schema.metadata)
@@ -422,7 +430,76 @@ def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, pr
     if "bloom_filter_options" in kwargs:  # size each filter for the rows of one row group
         ndv = max(1, min(data.num_rows, options.row_group_size or (1 << 20)))
         kwargs["bloom_filter_options"] = {c: {"ndv": ndv} for c in kwargs["bloom_filter_options"]}
-    return _encoded(data.combine_chunks(), **kwargs)
+    data = data.combine_chunks()
+    if options.use_dictionary != "auto":
+        return _encoded(data, **kwargs), frozenset()
+    if plain:
+        kwargs["use_dictionary"] = [c for c in data.column_names if c not in plain]
+    collected: list[pq.FileMetaData] = []
+    payload = _encoded(data, metadata_collector=collected, **kwargs)
+    return payload, (dictionary_misses(collected[0], data) if collected else frozenset())
+
+
+#: a dictionary pays when a column's chunks (dictionary page and indices, before
+#: compression) take less than this share of its plain values' bytes (parquet-mr's test)
+DICTIONARY_PAYS = 0.9
+
+
+def _leaves(t: pa.DataType) -> int:
+    """Parquet leaf columns of an Arrow type (a struct's fields, a list's items, a map's
+    keys and values)."""
+    if pat.is_dictionary(t):
+        return _leaves(t.value_type)
+    if pat.is_struct(t):
+        return sum(_leaves(t.field(i).type) for i in range(t.num_fields))
+    if pat.is_map(t):
+        return _leaves(t.key_type) + _leaves(t.item_type)
+    if pat.is_nested(t) and hasattr(t, "value_type"):  # every kind of list
+        return _leaves(t.value_type)
+    return 1
+
+
+def dictionary_misses(meta: pq.FileMetaData, data: pa.Table) -> frozenset[str]:
+    """Columns of ``data`` that its Parquet file (``meta``) dictionary-encoded although the
+    dictionary did not pay: their chunks, dictionary page and indices before compression,
+    take at least :data:`DICTIONARY_PAYS` of the plain values' bytes. Nearly unique values
+    (prices, ids, timestamps) are such columns: the dictionary repeats every value, and
+    building it costs the writer a hash of each. Only flat columns, not categoricals (the
+    user chose their dictionary) nor booleans (Parquet has no dictionary for them).
+
+    >>> import io, numpy as np
+    >>> t = pa.table({"id": np.arange(5000), "few": np.arange(5000) % 7})
+    >>> collected = []
+    >>> pq.write_table(t, io.BytesIO(), metadata_collector=collected)
+    >>> sorted(dictionary_misses(collected[0], t))
+    ['id']
+    """
+    misses = []
+    leaf = 0
+    for f, col in zip(data.schema, data.columns):
+        n = _leaves(f.type)
+        plain = _plain_bytes(col) if n == 1 else None
+        if plain:
+            chunks = [meta.row_group(r).column(leaf) for r in range(meta.num_row_groups)]
+            if any(c.has_dictionary_page for c in chunks) and \
+                    sum(c.total_uncompressed_size for c in chunks) >= DICTIONARY_PAYS * plain:
+                misses.append(f.name)
+        leaf += n
+    return frozenset(misses)
+
+
+def _plain_bytes(col: pa.ChunkedArray) -> int | None:
+    """Bytes of the column's non-null values in Parquet's plain encoding (a 4-byte length
+    before each string or binary value); None for the types :func:`dictionary_misses`
+    leaves alone (nested, dictionary, boolean)."""
+    t = col.type
+    valid = len(col) - col.null_count
+    if pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t):
+        return int(pc.sum(pc.binary_length(col)).as_py() or 0) + 4 * int(valid)
+    if pat.is_integer(t) or pat.is_floating(t) or pat.is_temporal(t) or pat.is_decimal(t) \
+            or pat.is_fixed_size_binary(t):
+        return int(valid * t.bit_width // 8)
+    return None
 
 
 def _encoded(table: pa.Table, **kwargs: Any) -> bytes:
@@ -445,8 +522,11 @@ def _write_file(
     index_columns: Sequence[str],
     options: WriteOptions = DEFAULT_OPTIONS,
     presorted: bool = False,
-) -> WrittenFile:
-    payload = parquet_bytes(data, options, presorted=presorted)
+    plain: frozenset[str] = frozenset(),
+) -> tuple[WrittenFile, frozenset[str]]:
+    """Write one data file; returns its record and the columns whose dictionary did not
+    pay in it (:func:`_data_file`)."""
+    payload, misses = _data_file(data, options, presorted=presorted, plain=plain)
     store.put(key, payload)
     idx_values = {}
     for c in index_columns:
@@ -460,7 +540,7 @@ def _write_file(
             with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
                 distinct = distinct.take(pc.array_sort_indices(distinct))
         idx_values[c] = distinct
-    return WrittenFile(label, table_name, key, file_stats(data, len(payload)), idx_values)
+    return WrittenFile(label, table_name, key, file_stats(data, len(payload)), idx_values), misses
 
 
 def write_partitions(
@@ -494,11 +574,14 @@ def write_partitions(
     def work(run: list[int]) -> list[WrittenFile]:
         done: list[WrittenFile] = []  # the worker gathers its run's rows: parallel, one run at a time
         key = None
+        plain: frozenset[str] = frozenset()  # columns whose dictionary did not pay in this run's files
         try:
             for g, data in zip(run, split.tables(run, opts.sort_by)):
                 label, key = keys[g]
-                done.append(_write_file(store, label, key, table_name, partition_on, data, index_columns, opts,
-                                        presorted=True))
+                written, misses = _write_file(store, label, key, table_name, partition_on, data, index_columns,
+                                              opts, presorted=True, plain=plain)
+                done.append(written)
+                plain |= misses
         except BaseException:
             # this run's files, and the key being put: a put that failed may still have landed
             _delete_keys(store, [f.key for f in done] + ([key] if key is not None else []))

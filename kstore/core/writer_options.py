@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -101,8 +101,12 @@ class WriteOptions:
     bloom_filters : tuple[str, ...]
         Columns that get a Parquet Bloom filter (only where the installed pyarrow writes
         them, :data:`BLOOM_FILTERS_SUPPORTED`).
-    use_dictionary : bool or tuple[str, ...]
-        Dictionary-encode every column (True), none (False), or only the listed ones.
+    use_dictionary : "auto", bool or tuple[str, ...]
+        ``"auto"`` (default): dictionary-encode a column where the dictionary pays. Each
+        writer's first file of a run encodes every column with one; the next files of the
+        run write plain the columns whose dictionary took at least 90% of the plain bytes
+        in an earlier one (nearly unique values: prices, ids, timestamps), as parquet-mr
+        falls back to plain. True: every column; False: none; a list: only those columns.
     sort_by : tuple[str, ...]
         Sort each file's rows by these columns (ascending, nulls last) and record the
         order in the row-group metadata.
@@ -123,7 +127,7 @@ class WriteOptions:
     data_page_size: int | None = None
     write_page_index: bool = False
     bloom_filters: tuple[str, ...] = ()
-    use_dictionary: bool | tuple[str, ...] = True
+    use_dictionary: bool | tuple[str, ...] | Literal["auto"] = "auto"
     sort_by: tuple[str, ...] = ()
 
     @classmethod
@@ -202,8 +206,8 @@ class WriteOptions:
             raise InvalidArgumentError(
                 f"write option 'bloom_filters': the installed pyarrow {pa.__version__} cannot write Parquet "
                 "Bloom filters (pq.ParquetWriter has no bloom_filter_options; pyarrow >= 20 has)")
-        use_dict = raw.get("use_dictionary", True)
-        if not isinstance(use_dict, bool):
+        use_dict = raw.get("use_dictionary", "auto")
+        if not isinstance(use_dict, bool) and use_dict != "auto":
             use_dict = _as_names("use_dictionary", use_dict)
         sort = _as_names("sort_by", raw.get("sort_by"))
         return cls(compression=codec, compression_level=level, row_group_size=rg, data_page_size=page,
@@ -251,6 +255,8 @@ class WriteOptions:
                     raise InvalidArgumentError(f"write option {f.name!r} must be an int, got {text!r}") from None
             elif f.name in ("write_page_index", "use_dictionary") and text.strip().lower() in ("true", "false"):
                 raw[f.name] = text.strip().lower() == "true"
+            elif f.name == "use_dictionary" and text.strip().lower() == "auto":
+                raw[f.name] = "auto"
             elif f.name in ("bloom_filters", "use_dictionary", "sort_by"):
                 raw[f.name] = [c.strip() for c in text.split(",") if c.strip()]
             else:
@@ -356,7 +362,7 @@ class WriteOptions:
         """
         kw: dict[str, Any] = {"compression": self.compression, "write_statistics": True,
                               "use_dictionary": list(self.use_dictionary) if isinstance(self.use_dictionary, tuple)
-                              else self.use_dictionary}
+                              else self.use_dictionary is not False}  # "auto": the writer narrows it per file
         if self.compression_level is not None:
             kw["compression_level"] = self.compression_level
         if self.row_group_size is not None:

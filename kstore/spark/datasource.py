@@ -23,7 +23,7 @@ partitions they select are replaced, and rows outside them fail the write, as in
 (JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``, and the
 file encoding (:class:`kstore.WriteOptions`): ``compression``, ``compression_level``,
 ``row_group_size``, ``data_page_size``, ``write_page_index`` (``true``/``false``),
-``bloom_filters``, ``use_dictionary`` (``true``/``false`` or columns) and ``sort_by``
+``bloom_filters``, ``use_dictionary`` (``auto``, the default, ``true``/``false`` or columns) and ``sort_by``
 (comma-separated columns: rows sorted inside every file).
 
 Spark 4.3 refuses, before kstore runs, what a Python data source cannot take: a bare

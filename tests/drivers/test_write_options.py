@@ -244,3 +244,74 @@ def test_dask_and_text_options(tmp_path):
     with pytest.raises(KstoreError, match="row_group_size"):
         WriteOptions.from_text({"row_group_size": "many"})
 
+
+
+def _dictionary_columns(pf: pq.ParquetFile) -> set[str]:
+    return {name for name in pf.schema_arrow.names
+            if any(column_chunk(pf, rg, name).has_dictionary_page for rg in range(pf.metadata.num_row_groups))}
+
+
+def _auto_frame(n: int = 12_000) -> pd.DataFrame:
+    rng = np.random.default_rng(3)
+    return pd.DataFrame({
+        "day": np.arange(n) % 48,                     # 48 partitions of 250 rows: runs of several
+        "id": np.arange(n),                           # unique: a dictionary repeats every value
+        "price": rng.random(n),                       # unique floats
+        "few": rng.integers(0, 20, n),                # 20 values: a dictionary pays
+        "label": pd.Series(rng.integers(0, 30, n)).map(lambda v: f"label-{v:04d}"),
+        "cat": pd.Categorical([f"c{i}" for i in range(n)]),  # the user's dictionary: kept
+        "flag": rng.random(n) < 0.5,
+        "maybe": pd.array([None if i % 5 == 0 else i for i in range(n)], dtype="Int64"),
+    })
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_auto_dictionary_writes_nearly_unique_columns_plain_after_the_first_file(tmp_path, monkeypatch, threads):
+    """``use_dictionary="auto"`` (the default): a writer's first file dictionary-encodes every
+    column; its later files write plain the columns whose dictionary did not pay (unique
+    ids, prices, a nullable unique column), keep it for repeated values and categoricals,
+    and every value reads back exactly."""
+    url = str(tmp_path / "s")
+    df = _auto_frame()
+    import kstore.core.runtime as runtime
+
+    monkeypatch.setattr(runtime, "cpu_threads", lambda: threads)  # the write pool's size
+    kstore.store_dataset(url, UUID, df, partition_on="day")
+    files = data_files(url)
+    assert len(files) == 48
+    kinds = [_dictionary_columns(pf) for pf in files]
+    every = {"id", "price", "few", "label", "cat", "maybe"}
+    first_of_run = [k for k in kinds if {"id", "price", "maybe"} <= k]
+    assert first_of_run and all(k >= every for k in first_of_run)  # a run's first file: every column
+    later = [k for k in kinds if "id" not in k]
+    assert len(later) >= 48 - 4 * threads  # one first file per run (4 runs a thread)
+    for k in later:
+        assert k == {"few", "label", "cat"}, k
+    plain_bytes = sum(pf.metadata.row_group(0).column(1).total_compressed_size for pf, k in zip(files, kinds)
+                      if "id" not in k)
+    dict_bytes = sum(pf.metadata.row_group(0).column(1).total_compressed_size for pf, k in zip(files, kinds)
+                     if "id" in k)
+    assert plain_bytes / max(1, len(later)) < dict_bytes / max(1, len(first_of_run))  # plain is smaller
+    back = kstore.read_dataset(url, UUID).sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(back[df.columns.tolist()], df, check_dtype=False, check_categorical=False)
+    assert back["maybe"].isna().sum() == df["maybe"].isna().sum()
+
+
+@pytest.mark.parametrize("choice, expected", [(True, {"id", "price", "few", "label", "cat", "maybe"}),
+                                              (False, set()), (["id"], {"id"})])
+def test_an_explicit_use_dictionary_is_kept_in_every_file(tmp_path, choice, expected):
+    url = str(tmp_path / "s")
+    kstore.store_dataset(url, UUID, _auto_frame(), partition_on="day", write_options={"use_dictionary": choice})
+    for pf in data_files(url):
+        got = _dictionary_columns(pf)
+        # a categorical keeps its dictionary unless the user turned dictionaries off
+        assert got - {"cat"} == expected - {"cat"} and ("cat" in got) == (choice is not False and "cat" in expected)
+
+
+def test_auto_is_the_default_and_spelled_in_text():
+    assert WriteOptions().use_dictionary == "auto" and WriteOptions.of({}).use_dictionary == "auto"
+    assert WriteOptions.from_text({"use_dictionary": "AUTO"}).use_dictionary == "auto"
+    assert WriteOptions.from_text({"use_dictionary": "false"}).use_dictionary is False
+    assert WriteOptions.of({"use_dictionary": "auto"}).is_default
+    with pytest.raises(InvalidArgumentError, match="use_dictionary"):
+        WriteOptions.of({"use_dictionary": "sometimes"})

@@ -83,3 +83,35 @@ def test_a_put_failing_anywhere_in_a_many_run_write_leaves_no_file(monkeypatch, 
         with pytest.raises(StoreError, match="injected"):
             bw.write_partitions(store, "ds", table, partition_on=["p"], index_columns=["s"], max_workers=threads)
         assert list(store.iter_prefix("")) == [], f"put {at} failed and left files behind"
+
+
+def test_dictionary_misses_finds_the_unique_columns_between_nested_ones():
+    """The Parquet leaf columns of nested types (a struct's fields, a map's keys and values,
+    a list's items) come between the flat ones: each flat column's chunks must be its own.
+    Unique ids and floats are misses; repeated values, nested columns, categoricals,
+    booleans and all-null columns are not."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    n = 3000
+    rng = np.random.default_rng(0)
+    table = pa.table({
+        "s": pa.array([{"a": i, "b": [f"x{i % 3}"]} for i in range(n)]),
+        "id": pa.array(np.arange(n)),
+        "m": pa.array([[("k", {"x": i % 5, "y": i})] for i in range(n)],
+                      pa.map_(pa.string(), pa.struct([("x", pa.int64()), ("y", pa.int64())]))),
+        "price": pa.array(rng.random(n)),
+        "few": pa.array(rng.integers(0, 9, n)),
+        "cat": pa.array([f"c{i}" for i in range(n)]).dictionary_encode(),
+        "flag": pa.array(rng.random(n) < 0.5),
+        "none": pa.nulls(n, pa.int64()),
+        "text": pa.array([f"unique text {i}" for i in range(n)]),
+        "label": pa.array([f"label {i % 40}" for i in range(n)]),
+    })
+    collected: list = []
+    pq.write_table(table, io.BytesIO(), metadata_collector=collected, use_dictionary=True)
+    assert bw.dictionary_misses(collected[0], table) == {"id", "price", "text"}
+    collected = []
+    pq.write_table(table, io.BytesIO(), metadata_collector=collected, use_dictionary=False)
+    assert bw.dictionary_misses(collected[0], table) == set()  # nothing dictionary-encoded: no miss
