@@ -413,14 +413,29 @@ def parquet_bytes(data: pa.Table, options: WriteOptions = DEFAULT_OPTIONS, *, pr
     return _data_file(data, options, presorted=presorted)[0]
 
 
+def file_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
+    """The schema metadata of a data file holding ``schema``'s columns: fresh pandas
+    metadata (no index; the input's nullable dtypes kept), which lets kartothek and
+    plateau restore ``Int64`` and friends. It depends on the schema alone, so a writer
+    computes it once for all the files it cuts from one table.
+
+    >>> import json
+    >>> meta = file_schema_metadata(pa.schema([("x", pa.int64())]))
+    >>> [c["numpy_type"] for c in json.loads(meta[b"pandas"])["columns"]]
+    ['int64']
+    """
+    meta = with_pandas_metadata(schema.remove_metadata(), schema_pandas_metadata(schema)).metadata
+    return dict(meta or {})
+
+
 def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
-               plain: frozenset[str] = frozenset()) -> tuple[bytes, frozenset[str]]:
+               plain: frozenset[str] = frozenset(), judge: bool = False,
+               metadata: Mapping[bytes, bytes] | None = None) -> tuple[bytes, frozenset[str]]:
     """:func:`parquet_bytes`, with ``use_dictionary="auto"``'s columns in ``plain`` written
-    without a dictionary; also returns the columns whose dictionary did not pay in this
-    file (:func:`dictionary_misses`), which the writer's next file writes plain."""
-    # per-file pandas metadata (no index) lets kartothek/plateau restore nullable dtypes
-    file_schema = with_pandas_metadata(data.schema.remove_metadata(), schema_pandas_metadata(data.schema))
-    data = data.replace_schema_metadata(file_schema.metadata)
+    without a dictionary; with ``judge``, also returns the columns whose dictionary did not
+    pay in this file (:func:`dictionary_misses`), which the writer's other files write plain.
+    ``metadata``: :func:`file_schema_metadata` of ``data.schema``, when the caller has it."""
+    data = data.replace_schema_metadata(file_schema_metadata(data.schema) if metadata is None else metadata)
     kwargs = options.parquet_kwargs()
     if options.sort_by:
         if not presorted:
@@ -435,6 +450,8 @@ def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
         return _encoded(data, **kwargs), frozenset()
     if plain:
         kwargs["use_dictionary"] = [c for c in data.column_names if c not in plain]
+    if not judge:
+        return _encoded(data, **kwargs), frozenset()
     collected: list[pq.FileMetaData] = []
     payload = _encoded(data, metadata_collector=collected, **kwargs)
     return payload, (dictionary_misses(collected[0], data) if collected else frozenset())
@@ -476,16 +493,24 @@ def dictionary_misses(meta: pq.FileMetaData, data: pa.Table) -> frozenset[str]:
     """
     misses = []
     leaf = 0
+    groups = [meta.row_group(r) for r in range(meta.num_row_groups)]
     for f, col in zip(data.schema, data.columns):
         n = _leaves(f.type)
-        plain = _plain_bytes(col) if n == 1 else None
-        if plain:
-            chunks = [meta.row_group(r).column(leaf) for r in range(meta.num_row_groups)]
-            if any(c.has_dictionary_page for c in chunks) and \
-                    sum(c.total_uncompressed_size for c in chunks) >= DICTIONARY_PAYS * plain:
-                misses.append(f.name)
+        if n == 1 and _plain_kind(f.type):
+            chunks = [g.column(leaf) for g in groups]
+            if any(c.has_dictionary_page for c in chunks):  # (a column written plain has none)
+                plain = _plain_bytes(col)
+                if plain and sum(c.total_uncompressed_size for c in chunks) >= DICTIONARY_PAYS * plain:
+                    misses.append(f.name)
         leaf += n
     return frozenset(misses)
+
+
+def _plain_kind(t: pa.DataType) -> bool:
+    """Whether :func:`_plain_bytes` knows the type's plain size."""
+    return bool(pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t)
+                or pat.is_integer(t) or pat.is_floating(t) or pat.is_temporal(t) or pat.is_decimal(t)
+                or pat.is_fixed_size_binary(t))
 
 
 def _plain_bytes(col: pa.ChunkedArray) -> int | None:
@@ -493,13 +518,12 @@ def _plain_bytes(col: pa.ChunkedArray) -> int | None:
     before each string or binary value); None for the types :func:`dictionary_misses`
     leaves alone (nested, dictionary, boolean)."""
     t = col.type
+    if not _plain_kind(t):
+        return None
     valid = len(col) - col.null_count
     if pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t):
         return int(pc.sum(pc.binary_length(col)).as_py() or 0) + 4 * int(valid)
-    if pat.is_integer(t) or pat.is_floating(t) or pat.is_temporal(t) or pat.is_decimal(t) \
-            or pat.is_fixed_size_binary(t):
-        return int(valid * t.bit_width // 8)
-    return None
+    return int(valid * t.bit_width // 8)
 
 
 def _encoded(table: pa.Table, **kwargs: Any) -> bytes:
@@ -523,10 +547,12 @@ def _write_file(
     options: WriteOptions = DEFAULT_OPTIONS,
     presorted: bool = False,
     plain: frozenset[str] = frozenset(),
+    judge: bool = False,
+    metadata: Mapping[bytes, bytes] | None = None,
 ) -> tuple[WrittenFile, frozenset[str]]:
-    """Write one data file; returns its record and the columns whose dictionary did not
-    pay in it (:func:`_data_file`)."""
-    payload, misses = _data_file(data, options, presorted=presorted, plain=plain)
+    """Write one data file; returns its record and (``judge``) the columns whose dictionary
+    did not pay in it (:func:`_data_file`)."""
+    payload, misses = _data_file(data, options, presorted=presorted, plain=plain, judge=judge, metadata=metadata)
     store.put(key, payload)
     idx_values = {}
     for c in index_columns:
@@ -570,23 +596,29 @@ def write_partitions(
     threads = pool_size(len(named), max_workers, cpu_bound=True)
     # runs of groups, one gather each, a few per thread (bounded memory: one run a thread)
     runs = split.runs([g for _, g in named], threads * 4)
+    metadata = file_schema_metadata(split.data.schema)  # every file's slice has this schema
 
     def work(run: list[int]) -> list[WrittenFile]:
-        done: list[WrittenFile] = []  # the worker gathers its run's rows: parallel, one run at a time
+        done: dict[int, WrittenFile] = {}  # the worker gathers its run's rows: parallel, one run at a time
         key = None
-        plain: frozenset[str] = frozenset()  # columns whose dictionary did not pay in this run's files
         try:
-            for g, data in zip(run, split.tables(run, opts.sort_by)):
-                label, key = keys[g]
-                written, misses = _write_file(store, label, key, table_name, partition_on, data, index_columns,
-                                              opts, presorted=True, plain=plain)
-                done.append(written)
+            tables = split.tables(run, opts.sort_by)
+            # use_dictionary="auto": the run's largest file goes first, with a dictionary for
+            # every column, and its misses are the columns the run's other files write plain
+            # (a small file would mislead: it holds few repeats even of a column with few values)
+            first = max(range(len(run)), key=lambda i: tables[i].num_rows)
+            plain: frozenset[str] = frozenset()
+            for i in [first, *(i for i in range(len(run)) if i != first)]:
+                label, key = keys[run[i]]
+                done[i], misses = _write_file(store, label, key, table_name, partition_on, tables[i], index_columns,
+                                              opts, presorted=True, plain=plain, judge=i == first,
+                                              metadata=metadata)
                 plain |= misses
         except BaseException:
             # this run's files, and the key being put: a put that failed may still have landed
-            _delete_keys(store, [f.key for f in done] + ([key] if key is not None else []))
+            _delete_keys(store, [f.key for f in done.values()] + ([key] if key is not None else []))
             raise
-        return done
+        return [done[i] for i in range(len(run))]
 
     written: list[WrittenFile] = []
     try:

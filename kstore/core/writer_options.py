@@ -103,10 +103,11 @@ class WriteOptions:
         them, :data:`BLOOM_FILTERS_SUPPORTED`).
     use_dictionary : "auto", bool or tuple[str, ...]
         ``"auto"`` (default): dictionary-encode a column where the dictionary pays. Each
-        writer's first file of a run encodes every column with one; the next files of the
-        run write plain the columns whose dictionary took at least 90% of the plain bytes
-        in an earlier one (nearly unique values: prices, ids, timestamps), as parquet-mr
-        falls back to plain. True: every column; False: none; a list: only those columns.
+        writer writes a run's largest file first, with a dictionary for every column; the
+        run's other files write plain the columns whose dictionary took at least 90% of
+        the plain bytes there (nearly unique values: prices, ids, timestamps), as
+        parquet-mr falls back to plain. True: every column; False: none; a list: only
+        those columns.
     sort_by : tuple[str, ...]
         Sort each file's rows by these columns (ascending, nulls last) and record the
         order in the row-group metadata.

@@ -115,3 +115,39 @@ def test_dictionary_misses_finds_the_unique_columns_between_nested_ones():
     collected = []
     pq.write_table(table, io.BytesIO(), metadata_collector=collected, use_dictionary=False)
     assert bw.dictionary_misses(collected[0], table) == set()  # nothing dictionary-encoded: no miss
+
+
+@pytest.mark.parametrize("tiny_at", [0, 5, 15])
+def test_auto_dictionary_is_judged_on_the_runs_largest_file(tiny_at):
+    """``use_dictionary="auto"`` decides once per run, on its largest file: a tiny partition
+    (all of whose values are unique) must not make the large files of its run drop the
+    dictionary of a column with a few hundred values; a unique column is written plain in
+    every file but the judged one of each run, and every row reads back exactly."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    sizes = [500] * 16
+    sizes.insert(tiny_at, 5)
+    keys = np.repeat(np.arange(len(sizes)), sizes)
+    n = len(keys)
+    table = pa.table({"p": pa.array(keys), "id": pa.array(np.arange(n)),
+                      "loc": pa.array(rng.integers(0, 300, n))})
+    store = MemoryStore()
+    runs = bw.split_rows(table, ["p"]).runs(list(range(len(sizes))), 4)  # a writer's runs (4 a thread)
+    tiny_run = next(r for r in runs if tiny_at in r)
+    assert len(tiny_run) > 1  # the tiny partition shares its run with large ones
+    written = bw.write_partitions(store, "ds", table, partition_on=["p"], max_workers=1, file_id="f")
+    assert [w.label for w in written] == [f"p={g}/f" for g in range(len(sizes))]  # in partition order
+    has_dictionary = {}
+    for w in written:
+        part = int(w.label.split("/")[0].split("=")[1])
+        pf = pq.ParquetFile(pa.BufferReader(store.get(w.key)))
+        has_dictionary[part] = {pf.schema_arrow.names[i]: pf.metadata.row_group(0).column(i).has_dictionary_page
+                                for i in range(pf.metadata.num_columns)}
+        back, rows = pf.read(), table.filter(pc.equal(table["p"], part))
+        assert back.column("id").equals(rows.column("id")) and back.column("loc").equals(rows.column("loc"))
+    assert all(cols["loc"] for part, cols in has_dictionary.items() if sizes[part] == 500), has_dictionary
+    judged = sorted(part for part, cols in has_dictionary.items() if cols["id"])
+    assert len(judged) == len(runs) and tiny_at not in judged  # one judged file a run, never the tiny one
+    assert all(any(part in run for part in judged) for run in runs)
