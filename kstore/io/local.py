@@ -235,7 +235,11 @@ class LocalStore:
 
     def _tmp_file(self, data: bytes, key: str) -> str:
         tmp_dir = os.path.join(self.root, _TMP_DIR)
-        os.makedirs(tmp_dir, exist_ok=True)
+        try:
+            os.makedirs(tmp_dir, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:  # a file where the root or its way should be
+            self._no_file_on_the_way(key, tmp_dir, exc)
+            os.makedirs(tmp_dir, exist_ok=True)  # a race (created and removed meanwhile): once more
         # '<dataset>~<random>': garbage collection of a dataset finds its own leftovers
         owner = key.split("/", 1)[0].split(".by-dataset-metadata", 1)[0]
         tmp = os.path.join(tmp_dir, f"{owner}~{uuid.uuid4().hex}")
@@ -293,9 +297,8 @@ class LocalStore:
                 time.sleep(random.random() * min(0.0005 * 2 ** attempt, 0.02))
             try:
                 os.makedirs(directory, exist_ok=True)
-            except FileExistsError as exc:
-                if os.path.lexists(directory) and not os.path.isdir(directory):
-                    raise StoreError(f"cannot store {path!r}: {directory!r} is a file") from exc
+            except (FileExistsError, NotADirectoryError) as exc:
+                self._no_file_on_the_way(path, directory, exc)
                 last = exc  # created and pruned again by other threads
                 continue
             except FileNotFoundError as exc:
@@ -307,7 +310,27 @@ class LocalStore:
                 return place()
             except FileNotFoundError as exc:
                 last = exc  # the directory was pruned after makedirs
+            except NotADirectoryError as exc:
+                self._no_file_on_the_way(path, directory, exc)
+                last = exc
         raise StoreError(f"could not create {path!r}: its directory kept disappearing") from last
+
+    def _no_file_on_the_way(self, what: str, directory: str, exc: OSError) -> None:
+        """Raise if a file (not a directory) stands on ``directory``'s way (the root's
+        included); return if the failure was a race (a directory created or pruned by another thread).
+
+        One ``stat`` a component decides: a check in two calls (exists, then is a
+        directory) saw a directory appear and be pruned between them, and took it for a file.
+        """
+        here = os.sep
+        for part in os.path.abspath(directory).split(os.sep)[1:]:  # the root's own way too
+            here = os.path.join(here, part)
+            try:
+                mode = os.stat(here).st_mode  # a link to a directory is none: the link check refuses it
+            except OSError:
+                return  # pruned meanwhile (nothing below it exists), or not ours to judge
+            if not stat.S_ISDIR(mode):
+                raise StoreError(f"cannot store {what!r}: {here!r} is a file") from exc
 
     def put(self, key: str, data: bytes) -> None:
         """Write the key's file atomically: a temporary file renamed into place (creating

@@ -416,6 +416,47 @@ def test_local_put_and_delete_race_in_one_directory(
     assert list(store.iter_prefix("")) == []
 
 
+@pytest.mark.parametrize("method", ["put", "put_if_absent"])
+def test_local_file_on_the_way_is_a_store_error(tmp_path: Any, method: str) -> None:
+    """A file where a directory of the key (or of the root) must be is a StoreError naming
+    that file, at any depth (not a raw NotADirectoryError), and no temporary file stays."""
+    root = tmp_path / "local"
+    root.mkdir()
+    store = LocalStore(root)
+    store.put("a", b"file")
+    for key in ("a/b", "a/b/c", "a/b/c/d"):
+        with pytest.raises(StoreError, match=r"'[^']*/local/a' is a file"):
+            getattr(store, method)(key, b"x")
+    assert sorted(store.iter_prefix("")) == ["a"] and store.get("a") == b"file"
+    assert os.listdir(root / ".kstore-tmp") == []
+    (tmp_path / "plain").write_bytes(b"")
+    for below in ("plain", "plain/sub"):  # the store's root is, or lies below, a file
+        with pytest.raises(StoreError, match=r"'[^']*/plain' is a file"):
+            getattr(LocalStore(tmp_path / below), method)("k", b"x")
+
+
+def test_local_put_survives_a_directory_created_and_pruned_by_others(tmp_path: Any, monkeypatch: Any) -> None:
+    """makedirs fails with "exists" while the directory is gone (another thread created it
+    and a delete pruned it): the put retries instead of calling the directory a file."""
+    (tmp_path / "local").mkdir()
+    store = LocalStore(tmp_path / "local")
+    real = os.makedirs
+    raced: list[str] = []
+
+    def racing_makedirs(name: Any, mode: int = 0o777, exist_ok: bool = False) -> None:
+        if str(name).endswith(os.path.join("p", "d")) and len(raced) < 2:  # twice in a row
+            raced.append(str(name))
+            real(name, exist_ok=True)
+            os.rmdir(name)  # created, then pruned: what a racing put and delete leave
+            raise FileExistsError(17, "File exists", str(name))
+        real(name, mode, exist_ok)
+
+    monkeypatch.setattr(os, "makedirs", racing_makedirs)
+    store.put("p/d/w", b"1")
+    assert store.put_if_absent("p/d/v", b"2") is True
+    assert len(raced) == 2 and store.get("p/d/w") == b"1" and store.get("p/d/v") == b"2"
+
+
 # -- open_store / store_factory ------------------------------------------------------------
 
 
