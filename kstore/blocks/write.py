@@ -446,11 +446,10 @@ def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
         ndv = max(1, min(data.num_rows, options.row_group_size or (1 << 20)))
         kwargs["bloom_filter_options"] = {c: {"ndv": ndv} for c in kwargs["bloom_filter_options"]}
     data = data.combine_chunks()
-    if options.use_dictionary != "auto":
-        return _encoded(data, **kwargs), frozenset()
-    if plain:
+    auto = options.use_dictionary == "auto"
+    if auto and plain:
         kwargs["use_dictionary"] = [c for c in data.column_names if c not in plain]
-    if not judge:
+    if not (auto and judge):
         return _encoded(data, **kwargs), frozenset()
     collected: list[pq.FileMetaData] = []
     payload = _encoded(data, metadata_collector=collected, **kwargs)
@@ -496,7 +495,7 @@ def dictionary_misses(meta: pq.FileMetaData, data: pa.Table) -> frozenset[str]:
     groups = [meta.row_group(r) for r in range(meta.num_row_groups)]
     for f, col in zip(data.schema, data.columns):
         n = _leaves(f.type)
-        if n == 1 and _plain_kind(f.type):
+        if n == 1:
             chunks = [g.column(leaf) for g in groups]
             if any(c.has_dictionary_page for c in chunks):  # (a column written plain has none)
                 plain = _plain_bytes(col)
@@ -506,24 +505,18 @@ def dictionary_misses(meta: pq.FileMetaData, data: pa.Table) -> frozenset[str]:
     return frozenset(misses)
 
 
-def _plain_kind(t: pa.DataType) -> bool:
-    """Whether :func:`_plain_bytes` knows the type's plain size."""
-    return bool(pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t)
-                or pat.is_integer(t) or pat.is_floating(t) or pat.is_temporal(t) or pat.is_decimal(t)
-                or pat.is_fixed_size_binary(t))
-
-
 def _plain_bytes(col: pa.ChunkedArray) -> int | None:
     """Bytes of the column's non-null values in Parquet's plain encoding (a 4-byte length
     before each string or binary value); None for the types :func:`dictionary_misses`
     leaves alone (nested, dictionary, boolean)."""
     t = col.type
-    if not _plain_kind(t):
-        return None
     valid = len(col) - col.null_count
     if pat.is_string(t) or pat.is_large_string(t) or pat.is_binary(t) or pat.is_large_binary(t):
         return int(pc.sum(pc.binary_length(col)).as_py() or 0) + 4 * int(valid)
-    return int(valid * t.bit_width // 8)
+    if pat.is_integer(t) or pat.is_floating(t) or pat.is_temporal(t) or pat.is_decimal(t) \
+            or pat.is_fixed_size_binary(t):
+        return int(valid * t.bit_width // 8)
+    return None
 
 
 def _encoded(table: pa.Table, **kwargs: Any) -> bytes:
