@@ -20,13 +20,13 @@ from typing import Any, Literal, TypeVar, overload
 import pandas as pd
 import pyarrow as pa
 
-from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
     finish_write,
     prepare_write,
     write_files,
 )
+from kstore.blocks.planned import check_missing, is_missing_file, replan
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired
 from kstore.core import naming
@@ -38,7 +38,6 @@ from kstore.core.predicates import Predicates
 from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     CorruptMetadataError,
-    KeyNotFoundError,
     KstoreError,
 )
 from kstore.io.progress import ProgressLike, is_data_file, tracked
@@ -92,13 +91,16 @@ def store_dataset(
         The dataset's name.
     data
         A pandas DataFrame, a pyarrow Table, or an iterable of them (streamed: one chunk in
-        memory at a time).
+        memory at a time). Column types are kept as written (``int32`` reads back as
+        ``int32``); a named index is stored as columns and read back as the index.
     partition_on
         Partition columns (hive-style ``col=value`` directories; not stored in the files).
     secondary_indices
         Columns that get an inverted index (value -> partitions), used by predicates.
     metadata
-        User metadata stored with the dataset (JSON-compatible).
+        User metadata stored with the dataset (JSON-compatible). An overwrite keeps the
+        dataset's user metadata, merging ``metadata`` into it (keys given here replace
+        theirs), as Delta Lake keeps a table's configuration; ``creation_time`` is new.
     metadata_format
         ``"json"`` (default) or ``"msgpack.zstd"`` for the main metadata file.
     table_name
@@ -403,27 +405,28 @@ def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns
                    version: int | None, as_of: AsOf, table: str | None,
                    read: Callable[[ReadPlan, DatasetMetadata], T]) -> T:
     """Plan and ``read(plan, metadata)``; a read of the newest version that finds a planned
-    file gone (garbage collection at a short retention expired the version after a newer one
-    was committed) plans again on the newer version. A pinned version that expired while it
-    was read is a :class:`~kstore.errors.VersionNotFoundError`, not damage."""
-    for _ in range(_READ_ATTEMPTS):
-        plan = None
+    file gone (a newer version removed it and garbage collection at a short retention
+    deleted it) plans again on the newer version (:mod:`kstore.blocks.planned`). A pinned
+    version that expired while it was read is a :class:`~kstore.errors.VersionNotFoundError`,
+    not damage."""
+
+    def attempt(_: int) -> T:
+        snap = open_dataset(st, dataset_uuid, version=version, as_of=as_of)
+        plan = snap.plan(columns, predicates, table=table)
         try:
-            snap = open_dataset(st, dataset_uuid, version=version, as_of=as_of)
-            plan = snap.plan(columns, predicates, table=table)
             return read(plan, snap.metadata)
         except CorruptMetadataError as exc:
-            if not isinstance(exc.__cause__, KeyNotFoundError):
+            if not is_missing_file(exc):
                 raise
-            read_version = plan.version if plan is not None else None
             if version is not None or as_of is not None:
-                raise_if_expired(st, dataset_uuid, read_version, exc)
+                raise_if_expired(st, dataset_uuid, plan.version, exc)
                 raise
-            if read_version is None or not load.log_versions(st, dataset_uuid, after=read_version):
-                raise  # nothing newer: a file of the newest version is missing (real damage)
-    raise CorruptMetadataError(
+            check_missing(st, dataset_uuid, plan.version, [(t.label, t.key) for t in plan.tasks], exc, "the read")
+            raise  # the newest version still references the missing file: real damage
+
+    return replan(attempt, what="the read", attempts=_READ_ATTEMPTS, gave_up=lambda last: CorruptMetadataError(
         f"dataset {dataset_uuid!r}: files kept vanishing under {_READ_ATTEMPTS} reads of the newest version "
-        "(garbage collection with a very short retention is running)")
+        "(garbage collection with a very short retention is running)"))
 
 
 _READ_ATTEMPTS = 5
@@ -519,7 +522,8 @@ def read_dataset(
     Returns
     -------
     pandas.DataFrame or pyarrow.Table
-        The matching rows; a pandas frame has a fresh ``RangeIndex``.
+        The matching rows; a pandas frame has a fresh ``RangeIndex``, or the named index
+        the data was written with (when its columns are read).
 
     Raises
     ------
@@ -627,7 +631,10 @@ def load_metadata(store: StoreLike, dataset_uuid: str, *, version: int | None = 
 
 
 def read_schema(store: StoreLike, dataset_uuid: str, *, version: int | None = None) -> pa.Schema:
-    """The dataset's normalized schema (as ``_common_metadata`` holds it).
+    """The dataset's schema: the column types every kstore reader returns, as they were
+    written (``int32`` stays ``int32``; ``_common_metadata`` holds them normalized for
+    kartothek). Datasets written by kartothek or by older kstore versions have only the
+    normalized one.
 
     Parameters
     ----------

@@ -36,7 +36,7 @@ from kstore.blocks.history import history as _history
 from kstore.blocks.job import delete_files
 from kstore.blocks.write import WrittenFile
 from kstore.core import naming, runtime
-from kstore.core.arguments import AsOf, as_bool, as_columns, as_timestamp, as_txn, as_version
+from kstore.core.arguments import AsOf, as_bool, as_columns, as_count, as_timestamp, as_txn, as_version, as_workers
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
@@ -248,6 +248,7 @@ def compact(
     >>> done.files_in, done.files_out, len(kstore.load_metadata("memory://compact-doc", "d").partitions)
     (6, 2, 2)
     """
+    max_workers = as_workers(max_workers)
     st = open_store(store)
     plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
                            partitions=partitions, predicates=predicates, write_options=write_options,
@@ -354,6 +355,7 @@ def diff(store: StoreLike, dataset_uuid: str, from_version: int, to_version: int
     >>> [label.split("/")[0] for label in d.added], d.removed
     (['p=2'], ())
     """
+    from_version, to_version = as_count(from_version, "from_version", 0), as_count(to_version, "to_version", 0)
     return _diff(open_store(store), dataset_uuid, from_version, to_version)
 
 

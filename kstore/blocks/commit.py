@@ -49,7 +49,7 @@ from kstore.blocks.write import (
 from kstore.core import naming, runtime, serialize
 from kstore.core.filetable import IDX, file_rows
 from kstore.core.index import ColumnIndex, index_storage_type
-from kstore.core.log import LOG_MIN_AGE, LogEntry
+from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import AddedFile, Operation, apply, check
@@ -77,7 +77,10 @@ __all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms
 BASE_MAX_AGE = LOG_MIN_AGE / 4
 
 _PUBLISH_ATTEMPTS = 3
-_CONFIRM_ATTEMPTS = 3
+
+#: How long a commit keeps resolving a claim whose outcome the store left open (a
+#: conditional put in flight, failed store calls) before it raises CommitStateUnknownError.
+CLAIM_RESOLVE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,7 @@ def commit(
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
     known_base: Head | None = None,
+    seen_version: int | None = None,
 ) -> Committed:
     """Commit ``op`` as the next version of ``dataset_uuid``.
 
@@ -144,6 +148,10 @@ def commit(
     the new data. Re-submitting an already committed ``op.txn`` commits nothing and returns
     the committed state (idempotent writes). ``known_base`` is the head the caller loaded:
     if it is young and still the newest (one listing says so), it is used as it is.
+    ``seen_version`` is the newest version the caller had loaded *before* it wrote
+    ``files``: a garbage collection fenced at or below it listed its candidates before those
+    files existed, so its orphan cutoff does not apply to them, whatever the clocks say
+    (FORMAT.md C2; without it, every fence's cutoff is compared with the files' births).
     Returns the :class:`Committed` log entry and metadata (``.dataset`` for the metadata of
     an operation that leaves a dataset).
     """
@@ -168,10 +176,11 @@ def commit(
         if op.kind == "upgrade" and base is not None and base.version is not None:
             return Committed(None, base, new=False)  # a concurrent upgrade won
         check(base, op, dataset_uuid=dataset_uuid, scope_now=scope(base) if (scope and base is not None) else None)
-        _check_orphan_cutoff(dataset_uuid, head, files)
+        _check_orphan_cutoff(store, dataset_uuid, head, files, seen_version)
         written: list[str] = []
         try:
-            staged = _stage(store, dataset_uuid, head, op, files, schema, metadata_format, prebuilt, written)
+            staged = _stage(store, dataset_uuid, head, op, files, schema, metadata_format, prebuilt, written,
+                            parent_commit_id=_head_commit_id(store, head))
         except CorruptMetadataError:
             _cleanup(store, written)
             if _moved_on(store, head):
@@ -193,9 +202,20 @@ def commit(
             rt.sleep(delay * rt.random())  # full jitter
             delay = min(delay * 2, 0.25)
             continue
+        later = _successors(store, dataset_uuid, staged.entry)
+        if later and not _claim_stands(store, dataset_uuid, staged.entry, later):
+            # our number had been used and its entry deleted before (a garbage collection
+            # whose clock ran ahead, or this writer paused past BASE_MAX_AGE after its
+            # check): the entry is no version of the dataset. Mark it expired and go again.
+            log.warning("dataset %r: version %d had been committed and expired before this writer claimed "
+                        "it again (a host clock off, or a long pause); committing again at the newest version",
+                        dataset_uuid, staged.entry.version)
+            _retract(store, dataset_uuid, staged.entry)
+            _cleanup(store, written)
+            continue
         if on_claimed is not None:
             on_claimed()
-        _publish(store, staged, head)
+        _publish(store, staged, head, later)
         if staged.checkpoint and staged.meta is not None:
             write_checkpoint(store, staged.meta)
             write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
@@ -218,22 +238,124 @@ def _fresh_head(store: Store, dataset_uuid: str, known: Head | None) -> Head:
     return replace(known, loaded_at=listed_at)
 
 
+def _head_commit_id(store: Store, head: Head) -> str | None:
+    """``commit_id`` of the newest version's entry (recorded as the next entry's parent):
+    from its state, else from the entries the head replayed, else one get (a fence, or a
+    checkpoint written before kstore recorded it)."""
+    if head.version is None or not head.has_log:
+        return None
+    if head.meta is not None and head.meta.commit_id is not None and head.meta.version == head.version:
+        return head.meta.commit_id  # carried by the version's state (entry and checkpoint alike)
+    for entry in head.entries:
+        if entry.version == head.version:
+            return entry.commit_id
+    try:
+        return load.load_entry(store, head.dataset_uuid, head.version).commit_id
+    except (VersionNotFoundError, CorruptMetadataError, KeyNotFoundError):
+        return None  # unknown: the next writer's check falls back to trusting its claim
+
+
+def _claim_stands(store: Store, dataset_uuid: str, entry: LogEntry, later: Sequence[int]) -> bool:
+    """After a claim: True unless the log proves that the claimed number had been used
+    before (its first successor names another entry as its parent).
+
+    Entries are deleted only while a newer one exists, so a number that was used and
+    deleted always has a successor older than our claim; a successor written after our
+    claim names our ``commit_id`` as its parent. A gap right after our entry (the successor
+    itself deleted) cannot be told apart: the outcome is unknown, and nothing is deleted.
+    """
+    successor: LogEntry | None = None
+    for _ in range(3):
+        first = later[0]
+        if first != entry.version + 1:
+            break
+        try:
+            successor = load.load_entry(store, dataset_uuid, first)
+            break
+        except VersionNotFoundError:  # deleted since the listing: list again
+            later = load.log_versions(store, dataset_uuid, after=entry.version)
+            if not later:
+                return True
+        except (CorruptMetadataError, KstoreError):
+            successor = None
+            break
+    if successor is not None and successor.parent == entry.version:
+        if successor.parent_commit_id is None:
+            return True  # written by a kstore that does not record it (or its parent was unknown)
+        return successor.parent_commit_id == entry.commit_id
+    raise CommitStateUnknownError(
+        f"dataset {dataset_uuid!r}: version {entry.version} was claimed, but the entry after it "
+        f"(version {later[0]}) cannot tell whether the claim built on a number used before; check "
+        "history() or re-run the write with the same txn. Nothing of this write was deleted.",
+        committed=None, version=entry.version,
+    )
+
+
+def _retract(store: Store, dataset_uuid: str, entry: LogEntry) -> None:
+    """Turn a claim that proved void into a tombstone (best effort: GC finds it too)."""
+    try:
+        store.put(naming.log_key(dataset_uuid, entry.version),
+                  serialize.dumps(entry.tombstone().to_dict(), "json"))
+    except KstoreError:
+        log.warning("dataset %r: could not mark the void entry of version %d expired; garbage "
+                    "collection will", dataset_uuid, entry.version)
+
+
 def _moved_on(store: Store, head: Head) -> bool:
     return bool(load.log_versions(store, head.dataset_uuid, after=head.version))
 
 
-def _check_orphan_cutoff(dataset_uuid: str, head: Head, files: Sequence[WrittenFile]) -> None:
-    """Refuse files a garbage collection may have deleted as orphans while this write ran."""
+def _check_orphan_cutoff(store: Store, dataset_uuid: str, head: Head, files: Sequence[WrittenFile],
+                         seen_version: int | None = None) -> None:
+    """Refuse files a garbage collection may have deleted as orphans while this write ran.
+
+    A fence the writer had seen before it wrote its files is no threat to them (that GC
+    listed its candidates before the fence, so before the files existed): with
+    ``seen_version``, only the fences committed after it count, read from the log. This
+    needs no clock, so a GC host whose clock runs ahead (or a delete fence after a file
+    born in the future) cannot block writers that start after it.
+    """
     cutoff = head.orphan_cutoff_ms
     oldest = oldest_file_ms([f.key for f in files])
     if cutoff is None or oldest is None or oldest >= cutoff:
         return
+    if seen_version is not None:
+        since = _cutoff_since(store, dataset_uuid, seen_version, head)
+        if since is not _UNKNOWN and (since is None or oldest >= since):
+            return
+        cutoff = cutoff if since is _UNKNOWN or since is None else since
     when = datetime.fromtimestamp(cutoff / 1000, timezone.utc).isoformat()
     raise CommitConflictError(
         f"dataset {dataset_uuid!r}: a garbage collection committed as version {head.version} deleted "
         f"unreferenced files written before {when}, and this write started before then (its retention "
         "was shorter than this write took); nothing was committed: run the write again"
     )
+
+
+_UNKNOWN: Any = object()
+
+
+def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int, head: Head) -> Any:
+    """The newest orphan cutoff of the fences committed after ``seen_version`` up to the
+    head (None: no fence), or ``_UNKNOWN`` when an entry of that range is gone or damaged."""
+    if head.version is None or head.version <= seen_version:
+        return None
+    wanted = list(range(seen_version + 1, head.version + 1))
+    if load.log_versions(store, dataset_uuid, after=seen_version)[: len(wanted)] != wanted:
+        return _UNKNOWN  # entries of the range were deleted: their fences cannot be read
+
+    def get(v: int) -> LogEntry | None:
+        try:
+            return load.load_entry(store, dataset_uuid, v)
+        except KstoreError:
+            return None
+
+    entries = runtime.parallel_map(get, wanted, max_workers=16)
+    if any(e is None for e in entries):
+        return _UNKNOWN
+    cutoffs = [e.orphan_cutoff_ms for e in entries if e is not None and e.orphan_cutoff_ms is not None
+               and e.operation in FENCE_OPERATIONS]
+    return max(cutoffs) if cutoffs else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,10 +371,15 @@ class _Staged:
 
 def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Sequence[WrittenFile],
            schema: pa.Schema | None, metadata_format: MetadataFormat | None,
-           prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]], written: list[str]) -> _Staged:
+           prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]], written: list[str], *,
+           parent_commit_id: str | None = None) -> _Staged:
     """Everything up to the commit point: the new state (columnar), the kartothek view's
     index files, the log entry's bytes (format 2: what changed) and the main file's bytes."""
     base = head.meta
+    if base is not None and op.checks_incarnation and base.incarnation is None and not op.creates:
+        # no incarnation to compare (a dataset created before kstore recorded one): the log
+        # after the version the write read tells whether it was deleted or created again
+        load.check_not_created_again(store, head, op.read_version)
     fmt: MetadataFormat = metadata_format or head.fmt or "json"
     now = runtime.current().now()
     # a base kstore has no log form for (a format-1 version, a kartothek dataset) becomes
@@ -277,9 +404,13 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         add_rows = _added_rows(op, files, pa.schema([f for f in new_schema if f.name not in pkeys]), wanted)
     new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
                 now=now.replace(tzinfo=None).isoformat(), version=head.next_version, add_rows=add_rows)
+    commit_id = runtime.current().token(16)
+    if new is not None and not op.is_fence and (op.creates or head.meta is None):
+        new = new.evolve(incarnation=commit_id)  # a new dataset: its incarnation is its creating entry's id
     if new is not None:
         cutoffs = [c for c in (head.orphan_cutoff_ms, new.orphan_cutoff_ms) if c is not None]
-        new = new.evolve(orphan_cutoff_ms=max(cutoffs) if cutoffs else None, main_format=fmt)
+        new = new.evolve(orphan_cutoff_ms=max(cutoffs) if cutoffs else None, main_format=fmt,
+                         commit_id=commit_id)  # the next entry names it as its parent
         if not op.is_fence:
             assert new_schema is not None
             new, index_updates = _fill_indices(store, new, op, wanted, new_schema, prebuilt)
@@ -296,7 +427,7 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
                                      index=index_updates)
     entry = LogEntry(
         version=head.next_version,
-        commit_id=runtime.current().token(16),
+        commit_id=commit_id,
         operation=op.kind,
         timestamp=now,
         parent=head.version,
@@ -309,6 +440,7 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         info=dict(op.info or {}),
         actions=actions,
         n_partitions=len(new.partitions) if new is not None else None,
+        parent_commit_id=parent_commit_id,
     )
     schema_changed = new is not None and new.schema is not None and (
         base_schema is None or not new.schema.equals(base_schema))
@@ -321,7 +453,8 @@ def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Se
         fmt=fmt,
         common_bytes=common_metadata_bytes(new.schema) if (schema_changed and new is not None
                                                             and new.schema is not None) else None,
-        checkpoint=new is not None and _wants_checkpoint(head, new, reset),
+        # a head read around a damaged checkpoint: a fresh one spares later reads that
+        checkpoint=new is not None and (_wants_checkpoint(head, new, reset) or bool(head.damaged)),
     )
 
 
@@ -413,34 +546,53 @@ def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetM
 
 def _claim(store: Store, key: str, data: bytes, entry: LogEntry) -> bool:
     """Claim ``key``; True when this commit owns it. Raises CommitStateUnknownError when
-    the store keeps failing while the outcome is confirmed (nothing is deleted then)."""
+    the outcome stays unknown for :data:`CLAIM_RESOLVE_SECONDS` (nothing is deleted then).
+
+    Only a readable entry decides: its ``commit_id`` says whose it is. "Exists" or
+    "conflict" with nothing readable yet is no answer: a conditional put of the key is
+    still in flight (S3 answers others ``409`` meanwhile), and it may be this writer's own
+    first attempt, which a retry of the client library took for lost. Moving on to
+    another number then could commit the write twice, or report a committed write as
+    lost; so the same put (same bytes, same ``commit_id``) is sent again until the key is
+    readable or this writer creates it.
+    """
+    rt = runtime.current()
     try:
         ok: bool | None = store.put_if_absent(key, data)
     except KstoreError:
         ok = None  # the store failed: the put may or may not have happened
     if ok and getattr(store, "atomic_create", True):
         return True
-    # Lost, failed, or a check-then-put store: read the entry back; its commit_id says whose
-    # it is (a retried request whose first attempt landed looks like a lost race).
+    deadline = rt.monotonic() + CLAIM_RESOLVE_SECONDS
+    delay = 0.05
     last: BaseException | None = None
-    for _ in range(_CONFIRM_ATTEMPTS):
+    while True:
         try:
             owner = _owner(store, key)
         except KeyNotFoundError:
-            if ok is False:
-                return False
-            try:  # the put did not happen: try it again (idempotent: same bytes, same id)
-                ok = store.put_if_absent(key, data)
-            except KstoreError as exc:
-                last, ok = exc, None
-            continue
+            pass  # nothing readable: not created yet, or a create still in flight
         except KstoreError as exc:
             last = exc
+        else:
+            return owner == entry.commit_id
+        if rt.monotonic() >= deadline:
+            break
+        if ok is not None:  # the store answered "exists"/"conflict" (or created it): let it settle
+            rt.sleep(delay * (0.5 + rt.random() / 2))
+            delay = min(delay * 2, 2.0)
+        try:  # idempotent: same key, same bytes, same commit_id
+            ok = store.put_if_absent(key, data)
+        except KstoreError as exc:
+            last, ok = exc, None
+            rt.sleep(delay * (0.5 + rt.random() / 2))
+            delay = min(delay * 2, 2.0)
             continue
-        return owner == entry.commit_id
+        if ok and getattr(store, "atomic_create", True):
+            return True
     raise CommitStateUnknownError(
-        f"dataset {key.split('/', 1)[0]!r}: the store failed while version {entry.version} was claimed "
-        f"({last}); the version may be committed: check history() or re-run the write with the same txn. "
+        f"dataset {key.split('/', 1)[0]!r}: the store did not settle whether version {entry.version} was "
+        f"claimed within {CLAIM_RESOLVE_SECONDS:.0f} s ({last or 'a conditional put of it stayed in flight'}); "
+        "the version may be committed: check history() or re-run the write with the same txn. "
         "Nothing of this write was deleted.",
         committed=None, version=entry.version,
     ) from last
@@ -451,12 +603,33 @@ def _owner(store: Store, key: str) -> str | None:
     return raw.get("commit_id") if isinstance(raw, dict) else None
 
 
-def _publish(store: Store, staged: _Staged, head: Head) -> None:
-    """Make the main file show the newest version (ours, or a newer one). Never deletes data."""
+def _successors(store: Store, dataset_uuid: str, entry: LogEntry) -> list[int]:
+    """The log versions after a claimed entry (the claim's check reads the first); the store
+    failing throughout leaves the claim's standing unknown."""
+    last: BaseException | None = None
+    for attempt in range(_PUBLISH_ATTEMPTS):
+        try:
+            return load.log_versions(store, dataset_uuid, after=entry.version)
+        except KstoreError as exc:
+            last = exc
+            runtime.current().sleep(0.05 * 2**attempt)
+    raise CommitStateUnknownError(
+        f"dataset {dataset_uuid!r}: version {entry.version} was claimed, but listing the log after it failed "
+        f"({last}); check history() or re-run the write with the same txn. Nothing of this write was deleted.",
+        committed=None, version=entry.version,
+    ) from last
+
+
+def _publish(store: Store, staged: _Staged, head: Head, later: list[int]) -> None:
+    """Make the main file show the newest version (ours, or a newer one: ``later`` lists the
+    versions committed after ours, which are published instead). Never deletes data."""
     uuid = head.dataset_uuid
     last: BaseException | None = None
     for attempt in range(_PUBLISH_ATTEMPTS):
         try:
+            if later:  # ours is not the newest any more: publish the newest, never ours
+                republish_newest(store, uuid, staged.entry.version, staged.fmt, listed=later)
+                return
             if staged.common_bytes is not None and staged.meta is not None:
                 store.put(naming.common_metadata_key(uuid, staged.meta.table), staged.common_bytes)
             _put_main(store, uuid, staged.main_bytes, staged.fmt, head.fmt)
@@ -484,7 +657,8 @@ def _put_main(store: Store, uuid: str, main_bytes: bytes | None, fmt: MetadataFo
         store.delete(naming.metadata_key(uuid, old_fmt))
 
 
-def republish_newest(store: Store, uuid: str, published: int | None, fmt: MetadataFormat) -> int | None:
+def republish_newest(store: Store, uuid: str, published: int | None, fmt: MetadataFormat,
+                     listed: list[int] | None = None) -> int | None:
     """After publishing version ``published``: if newer versions were committed meanwhile,
     publish the newest, and repeat until none is newer. Returns the version published last.
 
@@ -494,7 +668,8 @@ def republish_newest(store: Store, uuid: str, published: int | None, fmt: Metada
     """
     latest = published
     for _ in range(1000):
-        newer = load.log_versions(store, uuid, after=latest)
+        newer = listed if listed is not None else load.log_versions(store, uuid, after=latest)
+        listed = None
         if not newer:
             return latest
         try:

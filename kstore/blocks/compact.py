@@ -39,11 +39,12 @@ from typing import Any
 from kstore.blocks import load
 from kstore.blocks.commit import commit
 from kstore.blocks.mutate import base_version
+from kstore.blocks.planned import reading_planned
 from kstore.blocks.read import concat_tables, read_task
 from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import WrittenFile, delete_files, to_arrow, write_partitions
 from kstore.core import runtime
-from kstore.core.arguments import as_bool, as_delete_scope, as_txn
+from kstore.core.arguments import as_bool, as_delete_scope, as_txn, as_workers
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
@@ -51,13 +52,7 @@ from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
 from kstore.core.writer_options import WriteOptions
-from kstore.errors import (
-    CommitConflictError,
-    CommitStateUnknownError,
-    CorruptMetadataError,
-    InvalidArgumentError,
-    KeyNotFoundError,
-)
+from kstore.errors import CommitStateUnknownError, InvalidArgumentError
 from kstore.io.store import Store, delete_many
 
 __all__ = ["CompactionGroup", "CompactionPlan", "plan_compaction", "rewrite_group", "rewrite_groups",
@@ -229,6 +224,7 @@ def rewrite_groups(store: Store, plan: CompactionPlan, *, max_workers: int | Non
     """Rewrite every group of ``plan`` on a thread pool (one group per thread at a time);
     on any failure the files written so far are deleted and the error re-raised.
     ``progress(done, total)`` is called after each group."""
+    max_workers = as_workers(max_workers)
     groups = list(plan.groups)
     written: list[WrittenFile] = []
     lock = threading.Lock()
@@ -303,21 +299,19 @@ def rewrite_group(store: Store, plan: CompactionPlan, group: CompactionGroup, *,
     """Worker side: read ``group``'s files and write their rows as one file (not committed).
 
     Rows keep their order (file by file, in label order) unless the plan's options sort
-    them. A file that vanished because a newer version replaced it makes the compaction
-    a :class:`~kstore.errors.CommitConflictError` (it would conflict at the commit anyway).
+    them. A file that vanished because a newer version removed it (and garbage collection
+    deleted it) makes the compaction a :class:`~kstore.errors.CommitConflictError`
+    (:class:`~kstore.blocks.planned.PlannedFileGone`: it would conflict at the commit
+    anyway); a missing file the newest version still references is damage
+    (:class:`~kstore.errors.CorruptMetadataError`).
     """
     rp = plan.read_plan
     assert rp is not None
     names = list(rp.schema.names)
-    try:
-        tables = [read_task(store, rp, t, names) for t in group.tasks]
-    except CorruptMetadataError as exc:
-        if isinstance(exc.__cause__, KeyNotFoundError) and load.log_versions(store, plan.dataset_uuid,
-                                                                             after=plan.version):
-            raise CommitConflictError(
-                f"dataset {plan.dataset_uuid!r}: partition {dict(group.partition)}: a file to compact was removed "
-                f"by a version newer than {plan.version} (and garbage collected); nothing was committed") from exc
-        raise
+    tables = []
+    for t in group.tasks:
+        with reading_planned(store, plan.dataset_uuid, plan.version, [(t.label, t.key)], "compaction"):
+            tables.append(read_task(store, rp, t, names))
     data = to_arrow(concat_tables(tables), dataset=plan.dataset_uuid)
     data_cols = [c for c in names if c not in plan.partition_on]
     data = data.select(list(plan.partition_on) + data_cols)
@@ -346,6 +340,7 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
                    metadata=plain(options.metadata))
     try:
         meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
+                      seen_version=plan.version,
                       max_attempts=options.max_attempts).dataset
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay

@@ -14,8 +14,9 @@ WORKLOAD read.
 
 The result equals ``to_pandas(read_plan(...))``: the same values, dtypes (an integer or
 bool column with a null anywhere becomes pandas' nullable dtype, as there), column order
-and ``RangeIndex``. Whatever does not fit (no row counts, a residual predicate, a file
-whose row count disagrees with the file table) takes that path instead.
+and index (a ``RangeIndex``, or the named index the data was written with). Whatever does
+not fit (no row counts, a residual predicate, a file whose row count disagrees with the
+file table) takes that path instead.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.types as pat
 
-from kstore.blocks.read import NULLABLE_NUMPY_TYPES, read_plan, read_task, to_pandas
+from kstore.blocks.read import index_columns, read_plan, read_task, to_pandas
 from kstore.core.arguments import as_bool, as_columns
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.runtime import parallel_map, pool_size
-from kstore.core.types import read_schema, schema_pandas_metadata
+from kstore.core.types import nullable_dtype, read_schema, schema_pandas_metadata
 from kstore.io.store import Store
 
 if TYPE_CHECKING:
@@ -104,13 +105,11 @@ class _RowsDisagree(Exception):
 def _numpy_dtype(t: pa.DataType, numpy_type: str | None, dates_as_object: bool) -> tuple[np.dtype[Any] | None, bool]:
     """The numpy dtype a column of type ``t`` is filled into, and whether it is always
     masked; (None, False) for the columns that stay Arrow chunks."""
-    if numpy_type in NULLABLE_NUMPY_TYPES:
-        fits = {"Int64": pat.is_signed_integer, "UInt64": pat.is_unsigned_integer,
-                "boolean": pat.is_boolean, "Float64": pat.is_floating}[numpy_type]
-        if not fits(t) or t.bit_width not in (1, 64):
-            return None, False
+    if pat.is_float16(t):
+        return None, False
+    if nullable_dtype(numpy_type, t) is not None:
         return np.dtype(t.to_pandas_dtype()), True
-    if t in (pa.int64(), pa.uint64(), pa.bool_()) or pat.is_floating(t) and not pat.is_float16(t):
+    if pat.is_integer(t) or pat.is_boolean(t) or pat.is_floating(t):
         return np.dtype(t.to_pandas_dtype()), False
     if pat.is_timestamp(t) and t.tz is None:
         return np.dtype(f"datetime64[{t.unit}]"), False
@@ -244,7 +243,7 @@ def _assemble(plan: ReadPlan, cols: list[_Column], total: int, categoricals: Seq
         for c in rest:
             c.chunks = {}
         frame = to_pandas(table, plan.schema, categoricals=[c for c in categoricals if c in table.column_names],
-                          dates_as_object=dates_as_object)
+                          dates_as_object=dates_as_object, index=False)
         del table
         arrays.update((name, frame[name].array) for name in frame.columns)
     for c in cols:
@@ -260,7 +259,9 @@ def _assemble(plan: ReadPlan, cols: list[_Column], total: int, categoricals: Seq
             arrays[c.name] = pd.arrays.FloatingArray(c.values, mask, copy=False)
         else:
             arrays[c.name] = pd.arrays.IntegerArray(c.values, mask, copy=False)
-    return pd.DataFrame({c.name: arrays[c.name] for c in cols}, index=pd.RangeIndex(total), copy=False)
+    frame = pd.DataFrame({c.name: arrays[c.name] for c in cols}, index=pd.RangeIndex(total), copy=False)
+    index = index_columns(plan.schema, frame.columns)
+    return frame.set_index(index) if index else frame
 
 
 def read_frame(

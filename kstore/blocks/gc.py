@@ -34,7 +34,13 @@ from kstore.core.log import LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
-from kstore.errors import CorruptMetadataError, DatasetNotFoundError, VersionNotFoundError
+from kstore.errors import (
+    CorruptMetadataError,
+    DatasetNotFoundError,
+    KeyNotFoundError,
+    StoreError,
+    VersionNotFoundError,
+)
 from kstore.io.store import Store, delete_many
 
 log = logging.getLogger("kstore.gc")
@@ -125,6 +131,7 @@ class _LogState:
     starts: tuple[DatasetMetadata, ...] = ()  # first version of each run of retained versions
     main_version: int | None = None
     listing: load.LogListing = load.LogListing((), ())  # entries, checkpoints, summaries, markers
+    damaged: frozenset[int] = frozenset()  # damaged checkpoints the log was read around
 
     @property
     def expired_versions(self) -> tuple[int, ...]:
@@ -156,14 +163,16 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
         later = [entries[w].timestamp for w in present if w > v and entries[w] is not None]  # type: ignore[union-attr]
         return min(later) if later else None  # a damaged entry is no younger than its successor
 
-    before = [v for v in present if (stamp(v) or now) < cutoff]
+    linked, orphaned = _void_claims(entries, listing.checkpoints)
+    void = linked | {v for v in orphaned if not _readable(store, uuid, v)}  # never retained, whatever their stamps say
+    before = [v for v in present if v not in void and (stamp(v) or now) < cutoff]
     boundary = max(before) if before else None
     main_version = main.version if main is not None else None
     retained, expired, drop = [], [], []
     log_cutoff = now - LOG_MIN_AGE
     for v in present:
         e = entries[v]
-        keep = v == newest or v == boundary or v == main_version or (stamp(v) or now) >= cutoff
+        keep = v not in void and (v == newest or v == boundary or v == main_version or (stamp(v) or now) >= cutoff)
         if keep and e is None:
             raise CorruptMetadataError(
                 f"dataset {uuid!r}: the log entry of version {v} is damaged and the version is retained; "
@@ -179,6 +188,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
             expired.append(e)
     refs: set[str] = set()
     starts: list[DatasetMetadata] = []
+    damaged: set[int] = set()  # checkpoints read around: rewritten before entries go
     for v in retained:
         e = entries[v]
         if e is None or not e.has_dataset:
@@ -188,13 +198,49 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
         elif (v - 1) in retained and entries.get(v - 1) is not None and not e.is_base:
             refs |= _added_keys(uuid, e)  # what the version before it referenced, plus its adds
         else:  # the first of a run of retained versions: its whole state
-            meta = load.load_version(store, uuid, v)
-            refs |= meta.referenced_keys()
-            starts.append(meta)
+            got = load.resolve_version(store, uuid, v)
+            assert got.meta is not None
+            refs |= got.meta.referenced_keys()
+            starts.append(got.meta)
+            damaged |= set(got.damaged)
     if main is not None:
         refs |= main.referenced_keys()  # kartothek readers read it, even when it lags
     return _LogState(tuple(retained), tuple(expired), tuple(drop), frozenset(refs), tuple(starts),
-                     main_version, listing)
+                     main_version, listing, frozenset(damaged))
+
+
+def _readable(store: Store, uuid: str, version: int) -> bool:
+    """Whether a read can rebuild ``version`` now (from a fresh listing: a concurrent GC
+    writes a checkpoint before it deletes the entries below it)."""
+    try:
+        load.resolve_version(store, uuid, version)
+    except (CorruptMetadataError, VersionNotFoundError):
+        return False
+    return True
+
+
+def _void_claims(entries: dict[int, LogEntry | None], checkpoints: tuple[int, ...]) -> tuple[set[int], set[int]]:
+    """Entries that are no version of the dataset: claims of a number that had been used and
+    deleted before (the entry after them names another parent; FORMAT.md C). Their writer
+    retracts them; one that died first leaves them for GC to expire. Also entries that no
+    read can rebuild (not a base, their parent entry gone and no checkpoint of their own,
+    not the newest): a void claim whose successor was deleted as well, which its writer
+    could not tell (it raised CommitStateUnknownError); expiring them changes no answer.
+    Returns (linked, orphaned): the second still to be confirmed by a read attempt."""
+    void: set[int] = set()
+    orphaned: set[int] = set()
+    newest = max(entries, default=None)
+    for v, e in entries.items():
+        if e is None or e.expired:
+            continue
+        nxt = entries.get(v + 1)
+        if nxt is not None and nxt.parent == v and nxt.parent_commit_id is not None \
+                and nxt.parent_commit_id != e.commit_id:
+            void.add(v)
+        elif (v != newest and v > 0 and e.has_dataset and not e.is_base and (v - 1) not in entries
+              and v not in checkpoints):
+            orphaned.add(v)
+    return void, orphaned
 
 
 def _added_keys(uuid: str, entry: LogEntry) -> set[str]:
@@ -288,8 +334,8 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
     if state.expired or state.drop:
         for meta in state.starts:
             assert meta.version is not None
-            if meta.version not in state.listing.checkpoints:
-                write_checkpoint(store, meta, best_effort=False)
+            if meta.version not in state.listing.checkpoints or meta.version in state.damaged:
+                _write_verified_checkpoint(store, meta)  # (a damaged one is replaced)
     marked = set(state.listing.expired)
     for entry in state.expired:
         if entry.version not in marked:
@@ -305,6 +351,25 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
                 + [naming.summary_key(uuid, s) for s in state.listing.summaries[:-1]]
                 + [naming.expired_key(uuid, v) for v in sorted(marked) if v not in expired_now
                    and (v in retained or v in state.drop or v not in listed)])
+
+
+def _write_verified_checkpoint(store: Store, meta: DatasetMetadata) -> None:
+    """Write the checkpoint a retained version will be replayed from once the entries below
+    it are gone, and read it back: a checkpoint that does not decode (a store that damaged
+    it) is written again, and GC stops with a StoreError (deleting nothing) if it still
+    does not."""
+    assert meta.version is not None
+    for _ in range(5):
+        write_checkpoint(store, meta, best_effort=False)
+        try:
+            load.load_checkpoint(store, meta.uuid, meta.version)
+            return
+        except (CorruptMetadataError, KeyNotFoundError):
+            log.warning("dataset %r: the checkpoint of version %d GC wrote does not read back; writing it again",
+                        meta.uuid, meta.version)
+    raise StoreError(
+        f"dataset {meta.uuid!r}: the store does not return the checkpoint of version {meta.version} as it was "
+        "written; garbage collection stopped before expiring any version (nothing was deleted)")
 
 
 def delete_all(store: Store, dataset_uuid: str) -> int:

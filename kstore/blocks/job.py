@@ -276,6 +276,13 @@ def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> 
     return out
 
 
+def _seen_version(job: WriteJob) -> int | None:
+    """The newest version the job had loaded before any of its files was written."""
+    if job.head is not None:
+        return job.head.version
+    return job.base.version if job.base is not None else None
+
+
 def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:
     """Make the job's one commit. ``schema`` is the merged normalized schema of the new data."""
     files = list(files)
@@ -310,10 +317,11 @@ def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema 
             op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
                            index_columns=job.requested_indices, metadata=job.metadata,
                            schema_mode=job.schema_mode, table=job.table_name, txn=job.txn,
-                           scope_labels=frozenset(remove) if scope_fn else None, info=job.info)
+                           scope_labels=frozenset(remove) if scope_fn else None, info=job.info,
+                           read_incarnation=job.existing.incarnation, checks_incarnation=True)
         meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
                       metadata_format=job.metadata_format if job.creates else None, known_base=job.head,
-                      max_attempts=job.max_attempts).dataset
+                      max_attempts=job.max_attempts, seen_version=_seen_version(job)).dataset
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay
     except BaseException:

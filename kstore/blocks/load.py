@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ from kstore.core.runtime import parallel_map
 from kstore.core.stats import check_stats_table
 from kstore.core.types import check_dataset_schema, decoded_schema, duplicate_names, storage_schema
 from kstore.errors import (
+    CommitConflictError,
     CorruptMetadataError,
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -57,6 +58,8 @@ __all__ = [
     "load_indices",
     "load_stats",
     "load_version",
+    "resolve_version",
+    "Resolved",
     "load_latest",
     "list_log",
     "LogListing",
@@ -65,6 +68,7 @@ __all__ = [
     "read_last_checkpoint",
     "to_columnar",
     "read_parquet_bytes",
+    "check_not_created_again",
 ]
 
 
@@ -189,6 +193,8 @@ class Head:
     :data:`kstore.blocks.commit.BASE_MAX_AGE`. ``chain`` is how many format-2 entries were
     replayed on top of the base (a checkpoint, a resetting entry, a format-1 entry or the
     main file) to build ``meta`` (so a commit knows when to write a checkpoint).
+    ``damaged`` lists the checkpoints found damaged and read around (a commit on this head
+    writes a fresh checkpoint, so that later reads need not).
     """
 
     dataset_uuid: str
@@ -199,6 +205,7 @@ class Head:
     main_version: int | None
     loaded_at: float
     entries: tuple[LogEntry, ...] = ()  # the replayed entries (a history summary reuses them)
+    damaged: tuple[int, ...] = ()
 
     @property
     def chain(self) -> int:
@@ -246,14 +253,23 @@ def list_log(store: Store, dataset_uuid: str, start: int | None = None) -> LogLi
 
 
 def read_last_checkpoint(store: Store, dataset_uuid: str) -> int | None:
-    """The ``_last_checkpoint`` hint (None when missing or unreadable: it is only a hint)."""
+    """The ``_last_checkpoint`` hint (None when missing or unreadable: it is only a hint; a
+    damaged one is logged, and the whole log is listed instead)."""
+    key = naming.last_checkpoint_key(dataset_uuid)
     try:
-        raw = serialize.loads(store.get(naming.last_checkpoint_key(dataset_uuid)), "json",
-                              what=f"dataset {dataset_uuid!r}: _last_checkpoint")
-    except (KeyNotFoundError, CorruptMetadataError, LimitExceededError):
+        raw = serialize.loads(store.get(key), "json", what=f"dataset {dataset_uuid!r}: _last_checkpoint")
+    except KeyNotFoundError:
+        return None
+    except (CorruptMetadataError, LimitExceededError) as exc:
+        log.warning("dataset %r: the checkpoint hint %r is damaged (%s); listing the whole log instead",
+                    dataset_uuid, key, exc)
         return None
     v = raw.get("version") if isinstance(raw, dict) else None
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    log.warning("dataset %r: the checkpoint hint %r names no version (%s); listing the whole log instead",
+                dataset_uuid, key, short_repr(raw))
+    return None
 
 
 def load_checkpoint(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
@@ -269,6 +285,20 @@ class _Moved(Exception):
     """The log changed under a read (a concurrent GC expired what the read was using)."""
 
 
+class _NoBase(Exception):
+    """Read around a damaged checkpoint, the replay ran out of listed entries: no older
+    checkpoint or base entry is left (garbage collection removed the entries below it)."""
+
+
+class _Damaged(Exception):
+    """A checkpoint that exists but cannot be read (truncated, flipped bytes, wrong content)."""
+
+    def __init__(self, version: int, error: CorruptMetadataError) -> None:
+        super().__init__(str(error))
+        self.version = version
+        self.error = error
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """A version's state and how it was built (see :class:`Head`)."""
@@ -276,6 +306,7 @@ class Resolved:
     meta: DatasetMetadata | None
     entry: LogEntry | None  # None when the version was read from its checkpoint alone
     entries: tuple[LogEntry, ...] = ()  # the format-2 entries replayed (oldest first)
+    damaged: tuple[int, ...] = ()  # checkpoints found damaged and read around
 
     @property
     def chain(self) -> int:
@@ -296,7 +327,10 @@ def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int
         kind, v = job
         try:
             if kind == "c":
-                return load_checkpoint(store, dataset_uuid, v)
+                try:
+                    return load_checkpoint(store, dataset_uuid, v)
+                except CorruptMetadataError as exc:  # derived and best effort: read around it
+                    return _Damaged(v, exc)
             return load_entry(store, dataset_uuid, v)
         except (VersionNotFoundError, KeyNotFoundError):
             return None
@@ -304,6 +338,8 @@ def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int
     got = parallel_map(get, jobs, max_workers=16)
     entries = {v: got[i] for i, v in enumerate(versions)}
     cp = got[-1] if checkpoint is not None else None
+    if isinstance(cp, _Damaged):
+        raise cp
     if checkpoint is not None and cp is None:
         raise _Moved()
     return entries, cp
@@ -317,10 +353,58 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
     :data:`~kstore.core.state.CHECKPOINT_INTERVAL` when checkpoints are written). Raises
     :class:`VersionNotFoundError` when ``target`` expired, ``_Moved`` when a concurrent
     garbage collection changed what the read used (the caller lists again).
+
+    A damaged checkpoint (checkpoints are derived and best effort) is logged and read
+    around: the whole log is listed, and the version is rebuilt from the next older
+    checkpoint or base entry and the entries after it (more calls; ``damaged`` in the
+    result says which). Only when no such chain is left is it a
+    :class:`CorruptMetadataError` naming the dataset, the version and the checkpoint.
     """
+    try:
+        return _resolve(store, dataset_uuid, target, listing, ())
+    except _Damaged as exc:
+        return _resolve_around(store, dataset_uuid, target, exc)
+
+
+def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damaged) -> Resolved:
+    """:func:`resolve` without the damaged checkpoint(s): from the whole log (the listing
+    the read used may start at the damaged one, the ``_last_checkpoint`` hint)."""
+    damaged: dict[int, CorruptMetadataError] = {}
+    exc: _Damaged | None = first
+    previous: LogListing | None = None
+    for _ in range(20):
+        if exc is not None:
+            damaged[exc.version] = exc.error
+            log.warning("dataset %r: checkpoint %r is damaged (%s); reading version %d from an older checkpoint "
+                        "and the log entries instead", dataset_uuid, naming.checkpoint_key(dataset_uuid, exc.version),
+                        exc.error, target)
+            exc, previous = None, None
+        listing = list_log(store, dataset_uuid)
+        try:
+            got = _resolve(store, dataset_uuid, target, listing, tuple(damaged))
+        except _Damaged as again:
+            exc = again
+            continue
+        except (_Moved, _NoBase):
+            if listing == previous:
+                break  # the same log twice: the entries below the damaged checkpoint are gone
+            previous = listing
+            continue
+        return replace(got, damaged=tuple(sorted(damaged)))
+    versions = sorted(damaged)
+    raise CorruptMetadataError(
+        f"dataset {dataset_uuid!r}: version {target} cannot be read: its checkpoint{'s' if len(versions) > 1 else ''} "
+        f"of version{'s' if len(versions) > 1 else ''} {', '.join(map(str, versions))} "
+        f"{'are' if len(versions) > 1 else 'is'} damaged ({damaged[versions[-1]]}), and the log entries needed "
+        "to rebuild it without them are gone (garbage collection removed the entries below the checkpoint)"
+    ) from damaged[versions[-1]]
+
+
+def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, skip: tuple[int, ...]) -> Resolved:
+    """:func:`resolve`, not using the checkpoints of the versions in ``skip`` (damaged)."""
     from kstore.core.state import decode_actions, replay
 
-    cps = [c for c in listing.checkpoints if c <= target]
+    cps = [c for c in listing.checkpoints if c <= target and c not in skip]
     cp = cps[-1] if cps else None
     listed = [v for v in listing.versions if v <= target and (cp is None or v > cp)]
     if target not in listing.versions and target != cp:
@@ -365,6 +449,8 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
             break
         if not pending:
             if cp is None:
+                if skip:
+                    raise _NoBase()
                 if listing.versions and listing.versions[0] > 0 and chain and not chain[-1].is_base:
                     raise _Moved()
                 raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no checkpoint or "
@@ -379,10 +465,14 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
     # the chain is newest first; contiguous versions are required
     chain.reverse()
     expect = None
+    parent_id = base_meta.commit_id if base_meta is not None else None
     for e in chain:
         if expect is not None and e.version != expect:
             raise _Moved()
-        expect = e.version + 1
+        if (e.parent_commit_id is not None and parent_id is not None and e.parent == e.version - 1
+                and e.parent_commit_id != parent_id):
+            raise _Moved()  # the chain runs through a void claim (FORMAT.md C): list again
+        expect, parent_id = e.version + 1, e.commit_id
     meta = base_meta
     if meta is not None and meta.files is None and chain and not chain[0].is_base:
         meta = to_columnar(store, meta)
@@ -452,8 +542,51 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
         cutoff = meta.orphan_cutoff_ms if meta is not None else (entry.orphan_cutoff_ms if entry else None)
         log.debug("dataset %r: newest version %d, %d log entr(ies) replayed after its checkpoint",
                   dataset_uuid, newest, len(got.entries))
-        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.entries)
+        return Head(dataset_uuid, meta, fmt, newest, cutoff, None, started, got.entries, got.damaged)
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while it was read")
+
+
+def check_not_created_again(store: Store, head: Head, read_version: int | None) -> None:
+    """For a dataset whose newest version records no incarnation (created before kstore
+    recorded one, or by such a kstore): raise :class:`CommitConflictError` when the log
+    after ``read_version`` (the version a write read) up to the head shows that the
+    dataset was deleted or created again, or cannot tell (an entry of that range is gone or
+    unreadable: nothing is committed then either).
+
+    Costs nothing when the head is the version read, or when the head replayed every entry
+    of the range; else 1 listing + 1 get per other entry of the range (in parallel).
+    """
+    uuid = head.dataset_uuid
+    if head.version is None or (read_version is not None and read_version >= head.version):
+        return
+    wanted = range(0 if read_version is None else read_version + 1, head.version + 1)
+    known: dict[int, LogEntry | None] = {e.version: e for e in head.entries}
+    missing = [v for v in wanted if v not in known]
+    if missing:
+        listed = set(log_versions(store, uuid, after=read_version))
+
+        def get(v: int) -> LogEntry | None:
+            try:
+                return load_entry(store, uuid, v) if v in listed else None
+            except (VersionNotFoundError, CorruptMetadataError, LimitExceededError):
+                return None
+
+        known.update(zip(missing, parallel_map(get, missing, max_workers=16)))
+    for v in wanted:
+        e = known.get(v)
+        if e is None:
+            raise CommitConflictError(
+                f"dataset {uuid!r}: the log entry of version {v}, committed after version {read_version} which "
+                "this write read, is gone (expired by garbage collection) or unreadable, so kstore cannot tell "
+                "whether the dataset was deleted and created again meanwhile (it was created before kstore "
+                "recorded incarnations); nothing was committed: run the write again on the newest version"
+            )
+        if e.operation in ("create", "overwrite", "delete") or e.deletes_dataset:
+            raise CommitConflictError(
+                f"dataset {uuid!r} was deleted and created again (or overwritten) after version {read_version}, "
+                f"which this write read: version {v} is a {e.operation!r} (the newest is {head.version}); "
+                "nothing was committed"
+            )
 
 
 def to_columnar(store: Store, meta: DatasetMetadata) -> DatasetMetadata:
@@ -504,6 +637,15 @@ def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, Met
 def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
     """The metadata of one retained version: its checkpoint and the log entries after it
     (1 listing + 1 get of the checkpoint + 1 get per entry after it, in parallel)."""
+    meta = resolve_version(store, dataset_uuid, version).meta
+    assert meta is not None
+    return meta
+
+
+def resolve_version(store: Store, dataset_uuid: str, version: int) -> Resolved:
+    """:func:`load_version`, and how the version was built: ``damaged`` lists the
+    checkpoints that were damaged and read around (a writer that keeps the version
+    replayable, as garbage collection does, writes a fresh checkpoint of such a version)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {version!r}")
     for _ in range(20):
@@ -517,7 +659,7 @@ def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetada
             why = ("was expired by garbage collection" if e is None or e.expired
                    else f"is a {e.operation!r} record: the dataset did not exist then")
             raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {version} {why}")
-        return got.meta
+        return got
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while version {version} was read")
 
 

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit
+from kstore.blocks.planned import reading_planned, replan
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import WrittenFile, delete_files, write_partitions
 from kstore.core import naming
@@ -89,10 +90,22 @@ def build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
 
     Reads only the indexed columns of each file of ``base``; files other writers add before
     the commit are indexed at commit time, so the index always covers the committed files.
-    Partition columns are indexed by their labels already and are skipped.
+    Partition columns are indexed by their labels already and are skipped. A file of
+    ``base`` that a newer version removed and garbage collection deleted before it was read
+    does not matter to the index: the build starts again on the newest version.
     """
     options = options or CommitOptions()
+    first = base_version(store, dataset_uuid, base)  # the version read: plans again stay on its incarnation
+    return replan(lambda n: _build_indices(store, dataset_uuid, columns, first if n == 0 else None, options,
+                                           origin=first),
+                  what="build_indices")
+
+
+def _build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], base: DatasetMetadata | None,
+                   options: CommitOptions, *, origin: DatasetMetadata | None = None) -> DatasetMetadata:
     base = base_version(store, dataset_uuid, base)
+    read = origin if origin is not None else base  # the version the caller read: a build planned again on
+    #                                                the newest must not move to a dataset created since
     if _committed_before(base, options):
         return base
     cols = list(dict.fromkeys(columns))
@@ -106,12 +119,16 @@ def build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     # kartothek's inline indices become files in this commit: check them before writing any
     load.load_indices(store, base, [c for c in base.inline_indices if c not in cols and c not in base.partition_keys],
                       schema)
-    prebuilt = {
-        c: (index_from_store(store, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
-        for c in cols
-    }
-    op = Operation(kind="build_indices", read_version=base.version, index_columns=tuple(cols), table=base.table,
-                   txn=options.txn, metadata=plain(options.metadata), info=plain(options.info))
+    planned = base
+    with reading_planned(store, dataset_uuid, base.version, lambda: [(lab, planned.file_key(lab)) for lab in labels],
+                         "build_indices"):
+        prebuilt = {
+            c: (index_from_store(store, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
+            for c in cols
+        }
+    op = Operation(kind="build_indices", read_version=read.version, index_columns=tuple(cols), table=base.table,
+                   txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
+                   read_incarnation=read.incarnation, checks_incarnation=True)
     return commit(store, dataset_uuid, op, prebuilt_indices=prebuilt, max_attempts=options.max_attempts).dataset
 
 
@@ -135,7 +152,8 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     if _committed_before(base, options):
         return base
     op = Operation(kind="drop_indices", read_version=base.version, drop_index_columns=tuple(cols),
-                   table=base.table, txn=options.txn, metadata=plain(options.metadata), info=plain(options.info))
+                   table=base.table, txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
+                   read_incarnation=base.incarnation, checks_incarnation=True)
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
@@ -145,9 +163,24 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
 
     Only the files the plan keeps are read; a file with a matching row is rewritten without
     it (a file left empty is dropped). Returns ``base`` unchanged when no row matched.
+
+    A planned file that a newer version removed and garbage collection deleted before it was
+    read: with ``base`` given (a snapshot) a :class:`~kstore.errors.CommitConflictError`
+    (:class:`~kstore.blocks.planned.PlannedFileGone`, nothing committed); on the newest
+    version the delete plans again on the newer one (deleting rows commutes with it).
     """
     options = options or CommitOptions()
-    base = base_version(store, dataset_uuid, base)
+    first = base_version(store, dataset_uuid, base)
+    if base is not None:
+        return _delete_rows(store, dataset_uuid, predicates, first, options)
+    # plans again stay on the incarnation read first (a dataset created since is a conflict)
+    return replan(lambda n: _delete_rows(store, dataset_uuid, predicates,
+                                         first if n == 0 else base_version(store, dataset_uuid, None), options,
+                                         origin=first), what="delete_rows")
+
+
+def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: DatasetMetadata,
+                 options: CommitOptions, *, origin: DatasetMetadata | None = None) -> DatasetMetadata:
     if _committed_before(base, options):
         return base  # committed before: nothing to rewrite
     schema = load.load_schema(store, base)
@@ -163,7 +196,8 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
     remove = []
     try:
         for task in plan.tasks:
-            full = read_task(store, plan, replace(task, residual=None), list(schema.names))
+            with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], "delete_rows"):
+                full = read_task(store, plan, replace(task, residual=None), list(schema.names))
             hit = _mask(full, expr)
             if not hit.any():
                 continue
@@ -190,8 +224,9 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
 
         op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
                        partition_on=base.partition_keys, txn=options.txn, scope_labels=planned,
-                       metadata=plain(options.metadata), info=plain(options.info))
-        meta = commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match,
+                       metadata=plain(options.metadata), info=plain(options.info),
+                       read_incarnation=(origin or base).incarnation, checks_incarnation=True)
+        meta = commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match, seen_version=base.version,
                       max_attempts=options.max_attempts).dataset
     except CommitStateUnknownError:
         raise  # committed (or may be): its files stay

@@ -29,7 +29,7 @@ from kstore.errors import CorruptMetadataError, KeyNotFoundError, UnsupportedTyp
 from kstore.io.arrowfs import open_for_arrow
 from kstore.io.store import Store
 
-__all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "nullable_columns", "empty_table"]
+__all__ = ["read_task", "read_plan", "concat_tables", "to_pandas", "index_columns", "nullable_columns", "empty_table"]
 
 
 def _constant(value: Any, t: pa.DataType, n: int) -> pa.Array:
@@ -236,16 +236,19 @@ def to_pandas(
     dates_as_object: bool = False,
     types_mapper: Any = None,
     nullable: Collection[str] | None = None,
+    index: bool = True,
 ) -> pd.DataFrame:
     """Arrow -> pandas the way kartothek users expect.
 
     Dates become ``datetime64[us]`` unless ``dates_as_object``; ``categoricals`` columns
     become pandas categoricals; nullable dtypes recorded in the dataset's pandas metadata
-    (``Int64``, ``boolean``) are restored. Integer and bool columns in ``nullable`` become
-    pandas' nullable dtypes (``Int64`` / ``UInt64`` / ``boolean``) whatever the data; with
+    (``Int64``, ``Int32``, ``boolean``) are restored, and so is the named index the data
+    was written with (:func:`index_columns`). Integer and bool columns in ``nullable`` become
+    pandas' nullable dtypes (``Int64`` / ``UInt32`` / ``boolean`` ...) whatever the data; with
     ``nullable=None`` the columns that hold a null here do (see :func:`nullable_columns`
     for one choice that every partition of a read shares). ``types_mapper`` is passed to
     ``Table.to_pandas`` (the Dask driver's mapping keeps Dask from converting columns).
+    ``index=False`` leaves every column a column (a ``RangeIndex``).
 
     >>> t = pa.table({"n": pa.array([1, None]), "b": pa.array([True, None])})
     >>> to_pandas(t, t.schema).dtypes.to_dict()
@@ -280,26 +283,37 @@ def to_pandas(
     meta = schema_pandas_metadata(schema) or {"columns": []}
     cols = {c["field_name"]: c for c in meta.get("columns", []) if c.get("field_name")}
     is_nullable = [(col.null_count > 0) if nullable is None else (f.name in nullable) for f, col in zip(fields, arrays)]
-    meta = dict(meta, index_columns=[], column_indexes=[],
+    meta = dict(meta, index_columns=index_columns(schema, table.column_names) if index else [], column_indexes=[],
                 columns=[_pandas_col(cols.get(f.name), f, n) for f, n in zip(fields, is_nullable)])
     out_schema = pa.schema(fields).with_metadata({b"pandas": json.dumps(meta).encode()})
     table = pa.Table.from_arrays(arrays, schema=out_schema)
     return table.to_pandas(date_as_object=dates_as_object, types_mapper=types_mapper)
 
 
-#: pandas dtypes (``numpy_type`` in the pandas metadata) read as nullable whatever the data
-NULLABLE_NUMPY_TYPES = {"Int64", "UInt64", "boolean", "Float64"}
+def index_columns(schema: pa.Schema, names: Sequence[str]) -> list[str]:
+    """The columns of ``names`` that readers of pandas frames make the index: the named
+    index the data was written with (the dataset's pandas metadata), when every one of
+    its levels is read.
+
+    >>> import pandas as pd
+    >>> s = pa.Table.from_pandas(pd.DataFrame({"x": [1]}, index=pd.Index(["a"], name="k"))).schema
+    >>> index_columns(s, ["x", "k"]), index_columns(s, ["x"])
+    (['k'], [])
+    """
+    index = (schema_pandas_metadata(schema) or {}).get("index_columns") or []
+    return list(index) if index and all(c in names for c in index) else []
 
 
 def _pandas_col(entry: dict[str, Any] | None, f: pa.Field, nullable: bool = False) -> dict[str, Any]:
-    from kstore.core.types import pandas_metadata
+    from kstore.core.types import nullable_dtype, pandas_metadata
 
     fresh: dict[str, Any] = pandas_metadata(pa.schema([pa.field(f.name, read_type(f.type) if not pat.is_dictionary(f.type) else f.type.value_type)]))["columns"][0]
-    if entry is not None and entry.get("numpy_type") in NULLABLE_NUMPY_TYPES:
-        fresh["numpy_type"] = entry["numpy_type"]
+    wanted = nullable_dtype(entry.get("numpy_type"), f.type) if entry is not None else None
+    if wanted is not None:
+        fresh["numpy_type"] = wanted
     elif nullable and pat.is_integer(f.type):
-        # an integer column with missing values stays integer: pandas' nullable dtype
-        fresh["numpy_type"] = "UInt64" if pat.is_unsigned_integer(f.type) else "Int64"
+        # an integer column with missing values stays integer: pandas' nullable dtype (its width)
+        fresh["numpy_type"] = f"{'UInt' if pat.is_unsigned_integer(f.type) else 'Int'}{f.type.bit_width}"
     elif nullable and pat.is_boolean(f.type):
         fresh["numpy_type"] = "boolean"  # not object (True/False/None)
     if pat.is_dictionary(f.type):

@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
-from kstore.core.arguments import as_bool, as_columns
+from kstore.core.arguments import as_bool, as_columns, as_workers
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
@@ -157,7 +157,9 @@ class Snapshot:
             return self._cache.setdefault(key, value)
 
     def schema(self, table: str | None = None) -> pa.Schema:
-        """The normalized schema (of ``table``; default: the dataset's table). Cached.
+        """The schema (of ``table``; default: the dataset's table): the column types the
+        readers return, as written (``int32`` stays ``int32``); the normalized one for
+        datasets kartothek or older kstore versions wrote. Cached.
 
         Parameters
         ----------
@@ -715,6 +717,7 @@ class Snapshot:
         """
         from kstore.blocks.compact import DEFAULT_TARGET_FILE_SIZE, finish_compaction, plan_compaction, rewrite_groups
 
+        max_workers = as_workers(max_workers)  # before any store call
         opts = CommitOptions.of(options)
         plan = plan_compaction(self.store, self.dataset_uuid, base=self.metadata,
                                target_file_size=DEFAULT_TARGET_FILE_SIZE if target_file_size is None

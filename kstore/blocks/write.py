@@ -30,9 +30,11 @@ from kstore.core.types import (
     duplicate_names,
     encode_partition_value,
     normalize_schema,
+    normalize_type,
     schema_pandas_metadata,
     storage_schema,
     with_pandas_metadata,
+    written_schema,
 )
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
@@ -93,7 +95,12 @@ class WrittenFile:
 
 
 def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa.Table:
-    """A pandas DataFrame, pyarrow Table or RecordBatch as a Table (index dropped).
+    """A pandas DataFrame, pyarrow Table or RecordBatch as a Table.
+
+    A DataFrame's named index levels become columns (after the others), recorded as the
+    index in the pandas metadata, as pandas' ``to_parquet`` stores them: kstore's pandas
+    readers restore them as the index, other readers see columns. Unnamed levels (the
+    default ``RangeIndex`` and any other) are dropped, as kartothek drops them.
 
     ``threads`` caps the threads that convert a DataFrame's columns (default: Arrow's
     choice, one per core for large frames); engine tasks pass 1, as Dask's own
@@ -102,6 +109,8 @@ def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa
     >>> import pandas as pd
     >>> to_arrow(pd.DataFrame({"x": [1, 2]}, index=[5, 6]), threads=1).to_pydict()
     {'x': [1, 2]}
+    >>> to_arrow(pd.DataFrame({"x": [1, 2]}, index=pd.Index(["a", "b"], name="k")), threads=1).to_pydict()
+    {'x': [1, 2], 'k': ['a', 'b']}
     """
     import pandas as pd
 
@@ -114,7 +123,7 @@ def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa
             bad = [c for c in data.columns if not isinstance(c, str)]
             raise InvalidArgumentError(f"dataset {dataset!r}: column names must be strings, got {short_repr(bad)}")
         _check_duplicates(list(data.columns), dataset)
-        table = _from_pandas(data, dataset, threads)
+        table = _from_pandas(data, dataset, threads, index=_named_index(data, dataset))
     else:
         raise InvalidArgumentError(
             f"dataset {dataset!r}: data must be a pandas DataFrame, a pyarrow Table or RecordBatch "
@@ -137,13 +146,35 @@ def _check_duplicates(names: Sequence[str], dataset: str) -> None:
         raise InvalidArgumentError(f"dataset {dataset!r}: duplicate column names {short_repr(dupes)}")
 
 
-def _from_pandas(df: Any, dataset: str, threads: int | None = None) -> pa.Table:
+def _named_index(df: Any, dataset: str) -> list[str]:
+    """The names of ``df``'s named index levels, which :func:`to_arrow` stores as columns;
+    a name that is not a string, repeats, or is also a column's raises
+    :class:`~kstore.errors.InvalidArgumentError` (nothing is dropped silently)."""
+    named = [n for n in df.index.names if n is not None]
+    if not named:
+        return []
+    bad = [n for n in named if not isinstance(n, str)]
+    if bad:
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: the index level name(s) {short_repr(bad)} are not strings; kstore stores a named "
+            "index as columns, whose names must be strings (rename it, or reset_index(drop=True) to drop it)")
+    clash = sorted({n for n in named if n in df.columns} | set(duplicate_names(named)))
+    if clash:
+        raise InvalidArgumentError(
+            f"dataset {dataset!r}: the index level(s) {short_repr(clash)} have the name of a column or of another "
+            "level; kstore stores a named index as columns (rename it, or reset_index(drop=True) to drop it)")
+    return named
+
+
+def _from_pandas(df: Any, dataset: str, threads: int | None = None, index: Sequence[str] = ()) -> pa.Table:
     """``Table.from_pandas`` with every failure (and every silent change of a value) as a
-    KstoreError naming the column."""
+    KstoreError naming the column; the named ``index`` levels become columns."""
     try:
-        table = pa.Table.from_pandas(df, preserve_index=False, nthreads=threads)
+        table = pa.Table.from_pandas(df, preserve_index=bool(index), nthreads=threads)
     except (pa.ArrowException, OverflowError, ValueError, TypeError, UnicodeError) as exc:
         column = next((c for c in df.columns if _fails(df[c])), None)
+        if column is None:
+            column = next((n for n in index if _fails(df.index.get_level_values(n))), None)
         where = f"dataset {dataset!r}: column {column!r}" if column is not None else f"dataset {dataset!r}"
         if isinstance(exc, UnicodeError):
             raise InvalidArgumentError(f"{where} holds a string that is not valid Unicode (a lone surrogate?): {exc}") from exc
@@ -153,6 +184,10 @@ def _from_pandas(df: Any, dataset: str, threads: int | None = None) -> pa.Table:
     for name in df.columns:
         if df[name].dtype == object:
             _check_exact(df[name], table.schema.field(name).type, f"dataset {dataset!r}: column {name!r}")
+    for name in index:
+        level = df.index.get_level_values(name)
+        if level.dtype == object:
+            _check_exact(level, table.schema.field(name).type, f"dataset {dataset!r}: index {name!r}")
     return table
 
 
@@ -239,7 +274,9 @@ def table_schema(
     secondary_indices: Sequence[str],
     dataset: str,
 ) -> pa.Schema:
-    """Validate column choices and return the normalized schema (partition keys first)."""
+    """Validate column choices and return the dataset schema of ``table``: its written
+    types (:func:`~kstore.core.types.written_type`), partition keys first, with pandas
+    metadata (nullable dtypes, a named index)."""
     names = table.column_names
     for what, cols in (("partition_on", partition_on), ("secondary_indices", secondary_indices)):
         missing = [c for c in cols if c not in names]
@@ -252,16 +289,16 @@ def table_schema(
         raise InvalidArgumentError(f"dataset {dataset!r}: partition_on lists a column twice: {list(partition_on)}")
     if partition_on and len(partition_on) == len(names):
         raise InvalidArgumentError(f"dataset {dataset!r}: partition_on uses every column; keep at least one data column")
-    norm = normalize_schema(table.schema)
+    written = written_schema(table.schema)
     for c in partition_on:
-        check_partition_type(c, norm.field(c).type)
+        check_partition_type(c, normalize_type(written.field(c).type, c))
     for c in secondary_indices:
-        t = norm.field(c).type
+        t = written.field(c).type
         if pat.is_list(t) or pat.is_struct(t) or pat.is_decimal(t):
             raise UnsupportedTypeError(f"dataset {dataset!r}: column {c!r} has type {t}; it cannot have a secondary index")
-    order = list(partition_on) + [n for n in norm.names if n not in partition_on]
-    norm = pa.schema([norm.field(n) for n in order])
-    return with_pandas_metadata(norm, schema_pandas_metadata(table.schema))
+    order = list(partition_on) + [n for n in written.names if n not in partition_on]
+    written = pa.schema([written.field(n) for n in order])
+    return with_pandas_metadata(written, schema_pandas_metadata(table.schema))
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +461,7 @@ def file_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
     >>> [c["numpy_type"] for c in json.loads(meta[b"pandas"])["columns"]]
     ['int64']
     """
-    meta = with_pandas_metadata(schema.remove_metadata(), schema_pandas_metadata(schema)).metadata
+    meta = with_pandas_metadata(schema.remove_metadata(), schema_pandas_metadata(schema), index=False).metadata
     return dict(meta or {})
 
 
@@ -712,7 +749,18 @@ def write_stats_file(store: Store, dataset_uuid: str, stats: pa.Table) -> str:
 
 
 def common_metadata_bytes(schema: pa.Schema) -> bytes:
-    """The 0-row ``_common_metadata`` Parquet file kartothek reads the schema from."""
+    """The 0-row ``_common_metadata`` Parquet file kartothek reads the schema from: the
+    dataset schema normalized (FORMAT.md A; kstore's own schema keeps the written types),
+    its pandas metadata without an index (kartothek reads every column as a column).
+
+    >>> import pyarrow.parquet as pq
+    >>> pq.read_schema(pa.BufferReader(common_metadata_bytes(pa.schema([("n", pa.int32())])))).field("n").type
+    DataType(int64)
+    """
+    common = normalize_schema(schema)
+    source = schema_pandas_metadata(schema)
+    if not (common.equals(schema, check_metadata=False) and not (source or {}).get("index_columns")):
+        schema = with_pandas_metadata(common, source, index=False)
     return _encoded(schema.empty_table())
 
 

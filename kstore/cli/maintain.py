@@ -21,6 +21,7 @@ from kstore.cli._common import (
     where_options,
 )
 from kstore.io.progress import ProgressStore
+from kstore.io.redact import redact_url
 
 if TYPE_CHECKING:
     from kstore.blocks.compact import CompactionPlan
@@ -41,6 +42,23 @@ class RetentionDays(click.ParamType):  # type: ignore[type-arg]  # generic only 
             return timedelta(days=days)
         except (ValueError, OverflowError):
             self.fail(f"{value!r} is not a number of days between 0 and {timedelta.max.days}", param, ctx)
+
+
+class MiB(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A size in MiB: a finite number > 0 (fractions allowed) of at least one byte; ``nan``,
+    ``inf`` and ``-1`` are usage errors, not a traceback."""
+
+    name = "mib"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            mib = float(value if isinstance(value, (int, float)) else str(value))
+        except (ValueError, OverflowError):
+            mib = math.nan
+        if not (math.isfinite(mib) and mib * 2**20 >= 1):
+            self.fail(f"{value!r} is not a size in MiB: give a finite number greater than 0 (at least one byte)",
+                      param, ctx)
+        return mib
 
 
 @click.command("gc")
@@ -142,13 +160,13 @@ def copy(store: str, dataset: str, target: str | None, new_name: str | None) -> 
     with progress(f"copy {dataset}", n_files or None) as advance:
         copied = kstore.copy_dataset(src, dataset, ProgressStore(dst, "put", advance), new_name)
     click.echo(f"copied dataset {dataset!r} ({n_files} files) to {copied.uuid!r}"
-               + (f" in {target}" if target is not None else "") + f", version {copied.version}")
+               + (f" in {redact_url(target)}" if target is not None else "") + f", version {copied.version}")
 
 
 @click.command("compact", cls=WhereCommand)
 @click.argument("store")
 @click.argument("dataset")
-@click.option("--target-mb", type=click.FloatRange(min=0, min_open=True), default=128.0, show_default=True,
+@click.option("--target-mb", type=MiB(), default=128.0, show_default=True,
               help="Target size of the merged files, in MiB.")
 @click.option("--min-files", type=click.IntRange(min=2), default=2, show_default=True,
               help="Leave partitions with fewer small files than this alone.")
@@ -211,4 +229,4 @@ def upgrade(store: str, dataset: str) -> None:
     click.echo(f"dataset {meta.uuid!r} is at version {meta.version}")
 
 
-__all__ = ["gc", "delete", "copy", "compact", "build_indices", "upgrade", "RetentionDays"]
+__all__ = ["gc", "delete", "copy", "compact", "build_indices", "upgrade", "RetentionDays", "MiB"]

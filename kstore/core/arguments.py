@@ -25,7 +25,7 @@ from kstore.errors import InvalidArgumentError, short_repr
 AsOf: TypeAlias = dt.datetime | str | None
 
 __all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
-           "as_attempts"]
+           "as_attempts", "as_workers", "as_count", "check_text"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
@@ -92,6 +92,30 @@ def as_version(value: Any, what: str = "version") -> int | None:
     return int(value)
 
 
+def check_text(value: str, what: str) -> str:
+    """``value`` unchanged if it can be written as UTF-8 (what every stored name, key and
+    option becomes); a lone surrogate (``"\\ud800"``, e.g. from ``os.fsdecode`` of a bad file
+    name) is an :class:`~kstore.errors.InvalidArgumentError` naming ``what``, never a raw
+    ``UnicodeEncodeError`` from deep inside a write.
+
+    The message shows where the bad character is, not the text (it may be a credential).
+
+    >>> check_text("nightly-load", "txn app_id")
+    'nightly-load'
+    >>> check_text("a\\ud800b", "txn app_id")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: txn app_id is not valid Unicode text: character 2 of 3 is a lone surrogate ('\\ud800'); only text that can be encoded as UTF-8 can be stored
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"{what} is not valid Unicode text: character {exc.start + 1} of {len(value)} is a lone surrogate "
+            f"({value[exc.start]!r}); only text that can be encoded as UTF-8 can be stored") from None
+    return value
+
+
 def as_txn(value: Any, what: str = "txn") -> tuple[str, int] | None:
     """An application transaction ``(app_id, version)`` (a str and an int in [0, 2**63)) or None.
 
@@ -106,8 +130,8 @@ def as_txn(value: Any, what: str = "txn") -> tuple[str, int] | None:
         return None
     if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str)
             and isinstance(value[1], int) and not isinstance(value[1], bool) and 0 <= value[1] < 2**63):
-        raise InvalidArgumentError(f"{what} must be a tuple (app_id: str, version: int), got {value!r}")
-    return (value[0], int(value[1]))
+        raise InvalidArgumentError(f"{what} must be a tuple (app_id: str, version: int), got {short_repr(value)}")
+    return (check_text(value[0], f"{what} app_id"), int(value[1]))
 
 
 def as_attempts(value: Any, what: str = "max_attempts") -> int:
@@ -115,6 +139,46 @@ def as_attempts(value: Any, what: str = "max_attempts") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
         raise _bad(what, "an int from 1 to 10000", value)
     return int(value)
+
+
+def as_count(value: Any, what: str, minimum: int = 1) -> int:
+    """A whole number ``>= minimum`` (numpy ints too); a bool, float or text is an error.
+
+    >>> as_count(3, "min_files", 2)
+    3
+    >>> as_count(2.5, "min_files", 2)
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: min_files must be an int >= 2, got 2.5 (float)
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not _is_int(value) or value < minimum:
+        raise _bad(what, f"an int >= {minimum}", value)
+    return int(value)
+
+
+def as_workers(value: Any, what: str = "max_workers") -> int | None:
+    """How many threads (or processes) a pool may use: None (sized from the machine) or a
+    positive int; ``0``, ``-3``, ``2.5``, ``"2"`` and ``True`` are errors.
+
+    >>> as_workers(None), as_workers(4)
+    (None, 4)
+    >>> as_workers("2")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: max_workers must be None or an int >= 1, got '2' (str)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not _is_int(value) or value < 1:
+        raise _bad(what, "None or an int >= 1", value)
+    return int(value)
+
+
+def _is_int(value: Any) -> bool:
+    """An int or a numpy integer (``operator.index`` works and it is no bool)."""
+    if isinstance(value, int):
+        return True
+    return type(value).__module__ == "numpy" and hasattr(value, "__index__") and "int" in type(value).__name__
 
 
 def as_timestamp(value: Any, what: str = "as_of") -> dt.datetime:

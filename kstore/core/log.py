@@ -75,6 +75,10 @@ class LogEntry:
     actions: Mapping[str, Any] | None = None
     #: partitions of the version after this commit (format 2; for history())
     n_partitions: int | None = None
+    #: ``commit_id`` of the entry of version ``parent`` (None: unknown, or written before
+    #: kstore recorded it). A writer checks it after its claim: an entry after its own
+    #: that names another parent proves its number had been used before (FORMAT.md C)
+    parent_commit_id: str | None = None
 
     @property
     def format(self) -> int:
@@ -119,6 +123,8 @@ class LogEntry:
             out["actions"] = dict(self.actions)
         if self.n_partitions is not None:
             out["n_partitions"] = self.n_partitions
+        if self.parent_commit_id is not None:
+            out["parent_commit_id"] = self.parent_commit_id
         if self.orphan_cutoff_ms is not None:
             out["orphan_cutoff_ms"] = self.orphan_cutoff_ms
         if self.expired:
@@ -186,6 +192,7 @@ class LogEntry:
         if fmt == 2 and actions is None and metadata is None and not expired and operation not in FENCE_OPERATIONS:
             raise CorruptMetadataError(f"{where} is format 2 but has no actions")
         n_parts = get("n_partitions", (int,))
+        parent_commit_id = get("parent_commit_id", (str,))
         return cls(
             version=stored,
             commit_id=commit_id,
@@ -203,6 +210,7 @@ class LogEntry:
             info=MappingProxyType(dict(info)),
             actions=actions,
             n_partitions=n_parts,
+            parent_commit_id=parent_commit_id,
         )
 
 

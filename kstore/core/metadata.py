@@ -90,6 +90,15 @@ class DatasetMetadata:
     main_format:
         The format of the main metadata file kstore publishes for kartothek readers
         (``"json"`` or ``"msgpack.zstd"``).
+    incarnation:
+        Which dataset of this name the version belongs to: the ``commit_id`` of the log
+        entry that created it (create, or overwrite), carried by every later version
+        (``kstore.incarnation``). A write that read another incarnation is a conflict
+        (FORMAT.md C). None for datasets created before kstore recorded it.
+    commit_id:
+        The ``commit_id`` of the log entry that committed this version
+        (``kstore.commit_id``): the next entry names it as its parent (FORMAT.md C, "A claim
+        that proves void"). None for versions committed before kstore recorded it.
 
     Examples
     --------
@@ -119,6 +128,8 @@ class DatasetMetadata:
     orphan_cutoff_ms: int | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     main_format: str = "json"
+    incarnation: str | None = None
+    commit_id: str | None = None
 
     def __repr__(self) -> str:
         keys = f", partition_keys={list(self.partition_keys)}" if self.partition_keys else ""
@@ -434,6 +445,10 @@ class DatasetMetadata:
             out["kstore"]["orphan_cutoff_ms"] = self.orphan_cutoff_ms
         if self.main_format != "json":
             out["kstore"]["main_format"] = self.main_format
+        if self.incarnation is not None:
+            out["kstore"]["incarnation"] = self.incarnation
+        if self.commit_id is not None:
+            out["kstore"]["commit_id"] = self.commit_id
         return out
 
     @classmethod
@@ -553,6 +568,14 @@ class DatasetMetadata:
         cutoff = ext.get("orphan_cutoff_ms")
         if cutoff is not None and (isinstance(cutoff, bool) or not isinstance(cutoff, int)):
             raise CorruptMetadataError(f"dataset {uuid!r}: orphan_cutoff_ms must be an int, got {cutoff!r}")
+        incarnation = ext.get("incarnation")
+        if incarnation is not None and (not isinstance(incarnation, str) or not 0 < len(incarnation) <= 128):
+            raise CorruptMetadataError(f"dataset {uuid!r}: incarnation must be a non-empty string of at most 128 "
+                                       f"characters, got {incarnation!r:.40}")
+        commit_id = ext.get("commit_id")
+        if commit_id is not None and (not isinstance(commit_id, str) or not 0 < len(commit_id) <= 128):
+            raise CorruptMetadataError(f"dataset {uuid!r}: commit_id must be a non-empty string of at most 128 "
+                                       f"characters, got {commit_id!r:.40}")
         return cls(
             uuid=uuid,
             partitions=_freeze(partitions),
@@ -569,6 +592,8 @@ class DatasetMetadata:
             orphan_cutoff_ms=cutoff,
             extra=_freeze({k: v for k, v in raw.items() if k not in known}),
             main_format=main_format,
+            incarnation=incarnation,
+            commit_id=commit_id,
         )
 
 

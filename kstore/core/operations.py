@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
+from kstore.core.types import TYPE_HINT_KEYS
 from kstore.errors import (
     CommitConflictError,
     DatasetExistsError,
@@ -56,6 +57,12 @@ class Operation:
     covered at that version. If the scope covers a label now that it did not then, another
     writer added data the operation did not see: a conflict (the operation would not be
     serializable in commit order).
+
+    ``read_incarnation`` is the incarnation of the version read
+    (:attr:`~kstore.core.metadata.DatasetMetadata.incarnation`; None for a dataset created
+    before kstore recorded one), checked when ``checks_incarnation`` is set: a write that
+    read one dataset never commits into another of the same name (deleted and created
+    again, or overwritten, meanwhile).
     """
 
     kind: OperationKind
@@ -76,6 +83,10 @@ class Operation:
     orphan_cutoff_ms: int | None = None
     #: small user dict recorded in the log entry (``history()`` shows it), like Delta's commitInfo
     info: Mapping[str, Any] | None = None
+    #: the incarnation of the version read (see above)
+    read_incarnation: str | None = None
+    #: whether ``read_incarnation`` was recorded (the operation builds on a version it read)
+    checks_incarnation: bool = False
 
     @property
     def creates(self) -> bool:
@@ -109,6 +120,15 @@ def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, sco
         )
     if base is None or op.creates:
         return
+    if op.checks_incarnation and base.incarnation is not None and op.read_incarnation != base.incarnation:
+        # only a create gives a dataset its incarnation: one read without any, or another
+        # one, means the dataset was created again after the version read. (The newest
+        # version without one, the state cannot tell: the commit reads the log instead.)
+        raise CommitConflictError(
+            f"dataset {dataset_uuid!r} was deleted and created again (or overwritten) after version "
+            f"{op.read_version}, which this write read: version {base.version} belongs to the new dataset; "
+            "nothing was committed"
+        )
     if op.partition_on is not None and tuple(op.partition_on) != tuple(base.partition_keys):
         raise InvalidArgumentError(
             f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; the update "
@@ -156,6 +176,13 @@ def apply(
         return base.evolve(version=number, orphan_cutoff_ms=_later(base.orphan_cutoff_ms, op.orphan_cutoff_ms))
     if base is None or op.creates:
         user = dict(op.metadata or {})
+        if base is not None and op.kind == "overwrite":
+            # an overwrite keeps the user metadata (as Delta keeps a table's configuration);
+            # the write's own ``metadata`` is merged over it, as an append merges it. Not kept:
+            # the creation time (the dataset is new) and type hints of another engine, which
+            # described the replaced data
+            kept = {k: v for k, v in base.metadata.items() if k != "creation_time" and k not in TYPE_HINT_KEYS}
+            user = {**kept, **user}
         user.setdefault("creation_time", now)
         meta = DatasetMetadata.new(
             dataset_uuid,

@@ -8,6 +8,15 @@ dictionary<T> -> norm(T), list<T> -> list<norm(T)>, large/view string and binary
 string/binary, timestamps -> timestamp[us, tz]. Two schemas are compatible when their
 normalized types match per column; ``null`` (all values missing) matches anything.
 
+The dataset schema kstore keeps with each version (FORMAT.md B, ``schema``) holds the
+*written* types instead (:func:`written_type`): an ``int32`` column stays ``int32``, a
+``float32`` column ``float32``, and every kstore reader returns them. Only the forms Parquet
+and kartothek cannot hold change (large/view types, ``float16``, timestamp units; a
+dictionary is stored as its values). An append whose type is wider than the dataset's but
+normalizes to the same type (``int64`` data into an ``int32`` column) widens the column
+(:func:`merge_schemas`); kartothek sees the normalized schema in ``_common_metadata``.
+Datasets written before (kartothek's, older kstore's) keep their normalized schema.
+
 Timestamps are microseconds everywhere: in ``_common_metadata``, in index, statistics and
 data files, and in what readers return. ``timestamp[us]`` holds every value Spark can
 (0001-01-01 .. 9999-12-31 23:59:59.999999) and pandas >= 2 reads it as
@@ -55,6 +64,8 @@ __all__ = [
     "drop_stale_type_hints",
     "normalize_type",
     "normalize_schema",
+    "written_type",
+    "written_schema",
     "storage_type",
     "storage_schema",
     "read_type",
@@ -67,6 +78,7 @@ __all__ = [
     "decode_partition_value",
     "coerce_literal",
     "pandas_metadata",
+    "nullable_dtype",
     "with_pandas_metadata",
     "describe",
     "decoded_schema",
@@ -183,6 +195,36 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
+def written_type(t: pa.DataType, column: str | None = None) -> pa.DataType:
+    """The type a dataset records for a column written as ``t``: its storage type
+    (:func:`storage_type`) with a dictionary as its values, items and fields alike; widths
+    stay as written (``int8`` stays ``int8``, ``float32`` stays ``float32``).
+
+    >>> written_type(pa.dictionary(pa.int8(), pa.large_string())), written_type(pa.int16())
+    (DataType(string), DataType(int16))
+    >>> written_type(pa.list_(pa.float16()))
+    ListType(list<item: float>)
+    """
+    t = storage_type(t, column)
+    if pat.is_dictionary(t):
+        return written_type(t.value_type, column)
+    if pat.is_list(t):
+        return pa.list_(pa.field("item", written_type(t.value_type, column)))
+    if pat.is_struct(t):
+        return pa.struct([pa.field(f.name, written_type(f.type, column)) for f in t])
+    normalize_type(t, column)  # raises for what kstore cannot store
+    return t
+
+
+def written_schema(schema: pa.Schema) -> pa.Schema:
+    """:func:`written_type` of every field (metadata dropped, every field nullable).
+
+    >>> written_schema(pa.schema([pa.field("n", pa.int32(), nullable=False)]))
+    n: int32
+    """
+    return pa.schema([pa.field(f.name, written_type(f.type, f.name)) for f in schema])
+
+
 def storage_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(
         [pa.field(f.name, storage_type(f.type, f.name), f.nullable) for f in schema],
@@ -191,8 +233,9 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def read_type(t: pa.DataType) -> pa.DataType:
-    """The type a reader returns for a normalized type: the normalized type itself
-    (timestamps in microseconds, so 0001-01-01 .. 9999-12-31 read exactly)."""
+    """The type a reader returns for a column of the dataset schema: that type itself, the
+    written type (:func:`written_type`) for datasets that record it, the normalized type for
+    older ones (timestamps in microseconds, so 0001-01-01 .. 9999-12-31 read exactly)."""
     return t
 
 
@@ -201,19 +244,34 @@ def read_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def _types_match(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether two types normalize to the same type (``null`` matching anything)."""
     if pat.is_null(a) or pat.is_null(b):
         return True
     if pat.is_list(a) and pat.is_list(b):
         return _types_match(a.value_type, b.value_type)
-    return bool(a.equals(b))
+    try:
+        return bool(normalize_type(a).equals(normalize_type(b)))
+    except UnsupportedTypeError:
+        return bool(a.equals(b))
 
 
-def _fill_nulls(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    """The more specific of two matching types (null loses)."""
+def _merged_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The type of a column that holds values of two matching types: the more specific
+    (null loses), the wider of two widths (``int32`` and ``int64`` -> ``int64``).
+
+    >>> _merged_type(pa.int32(), pa.int16()), _merged_type(pa.float32(), pa.float64())
+    (DataType(int32), DataType(double))
+    """
     if pat.is_null(a):
         return b
+    if pat.is_null(b) or a.equals(b):
+        return a
     if pat.is_list(a) and pat.is_list(b):
-        return pa.list_(pa.field("item", _fill_nulls(a.value_type, b.value_type)))
+        return pa.list_(pa.field("item", _merged_type(a.value_type, b.value_type)))
+    if pat.is_struct(a) and pat.is_struct(b) and a.num_fields == b.num_fields:
+        return pa.struct([pa.field(fa.name, _merged_type(fa.type, fb.type)) for fa, fb in zip(a, b)])
+    if (pat.is_integer(a) and pat.is_integer(b)) or (pat.is_floating(a) and pat.is_floating(b)):
+        return b if b.bit_width > a.bit_width else a
     return a
 
 
@@ -224,10 +282,16 @@ def merge_schemas(
     dataset: str,
     allow_new_columns: bool = False,
 ) -> pa.Schema:
-    """Check that ``new`` (normalized) fits ``existing`` and return the merged schema.
+    """Check that ``new`` fits ``existing`` and return the merged schema.
 
-    Raises :class:`SchemaMismatchError` naming the dataset, the column and both types.
+    Types fit when they normalize to the same type (:func:`normalize_type`); the merged
+    column has the wider of the two (an ``int32`` column that takes ``int64`` values
+    becomes ``int64``; ``int16`` values leave it ``int32``). Raises
+    :class:`SchemaMismatchError` naming the dataset, the column and both types.
     Column order of ``existing`` wins; with ``allow_new_columns`` new columns are appended.
+
+    >>> merge_schemas(pa.schema([("a", pa.int32())]), pa.schema([("a", pa.int64())]), dataset="d")
+    a: int64
 
     >>> import pyarrow as pa
     >>> merge_schemas(pa.schema([("a", pa.int64())]), pa.schema([("a", pa.string())]),
@@ -246,9 +310,12 @@ def merge_schemas(
             f"dataset {dataset!r}: the new data lacks column(s) {missing} of the dataset"
         )
     if added and not allow_new_columns:
+        index = [n for n in (schema_pandas_metadata(new) or {}).get("index_columns", []) if n in added]
+        hint = (f"; {index} is the data's named index, which kstore stores as a column: reset_index(drop=True) "
+                "drops it" if index else "")
         raise SchemaMismatchError(
             f"dataset {dataset!r}: the new data has column(s) {added} the dataset does not have "
-            "(pass schema_mode='merge' to add columns)"
+            f"(pass schema_mode='merge' to add columns){hint}"
         )
     fields = []
     for f in existing:
@@ -261,7 +328,7 @@ def merge_schemas(
                 f"dataset {dataset!r}: column {f.name!r} is {describe(f.type)} in the dataset "
                 f"but {describe(nt)} in the new data"
             )
-        fields.append(pa.field(f.name, _fill_nulls(f.type, nt)))
+        fields.append(pa.field(f.name, _merged_type(f.type, nt)))
     fields.extend(new.field(n) for n in added)
     return pa.schema(fields, metadata=existing.metadata)
 
@@ -433,13 +500,27 @@ def _bad_literal(column: str, t: pa.DataType, value: Any, dataset: str | None) -
     )
 
 
+def _in_width(value: float, t: pa.DataType) -> float:
+    """``value`` rounded to the precision of the floating-point type ``t`` (a ``float32``
+    column compares with ``float32(value)``, as numpy, pandas and Arrow's ``is_in`` do), so
+    that rows, statistics and index values (``float64``) all compare alike.
+
+    >>> _in_width(0.1, pa.float32()), _in_width(0.1, pa.float64())
+    (0.10000000149011612, 0.1)
+    """
+    if t.bit_width >= 64:
+        return value
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
 def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None = None) -> Any:
     """Normalize one predicate literal to a Python value comparable with column type ``t``.
 
     ``datetime.date`` or ISO strings against date columns, ints against uint64, ``Decimal``
     against any numeric column, naive datetimes against tz-aware timestamps (read as wall
     time in the column's zone) are
-    accepted; what cannot be compared (a string against an int column) raises
+    accepted (a literal against a ``float32`` column is rounded to ``float32``); what cannot be compared (a string against an int column) raises
     :class:`~kstore.errors.InvalidPredicateError` naming the column and the value.
 
     >>> import pyarrow as pa
@@ -458,11 +539,15 @@ def coerce_literal(value: Any, t: pa.DataType, column: str, dataset: str | None 
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
         raise _bad_literal(column, t, value, dataset)
-    if pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t):
+    if pat.is_floating(t):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating, Decimal)):
+            raise _bad_literal(column, t, value, dataset)
+        return _in_width(float(value), t)
+    if pat.is_integer(t) or pat.is_decimal(t):
         if isinstance(value, (bool, np.bool_)):
             raise _bad_literal(column, t, value, dataset)
         if isinstance(value, (int, np.integer)):
-            return float(value) if pat.is_floating(t) else int(value)
+            return int(value)
         if isinstance(value, (float, np.floating)):
             if pat.is_integer(t) and float(value).is_integer():
                 return int(value)
@@ -552,12 +637,41 @@ def _pandas_type(t: pa.DataType) -> tuple[str, str, dict[str, Any] | None]:
     return "object", "object", None
 
 
-def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+#: pandas' nullable dtypes, by the kind of Arrow type they hold
+_NULLABLE_KINDS = {"Int": pat.is_signed_integer, "UInt": pat.is_unsigned_integer, "Float": pat.is_floating}
+
+
+def nullable_dtype(numpy_type: Any, t: pa.DataType) -> str | None:
+    """The pandas nullable dtype of a column of type ``t`` whose pandas metadata says
+    ``numpy_type``: the same kind in ``t``'s width (``Int32`` for an ``int64`` column is
+    ``Int64``, kartothek's normalized view); None when ``numpy_type`` is not a nullable
+    dtype of ``t``'s kind.
+
+    >>> nullable_dtype("Int32", pa.int32()), nullable_dtype("Int32", pa.int64()), nullable_dtype("Int8", pa.string())
+    ('Int32', 'Int64', None)
+    """
+    if not isinstance(numpy_type, str):
+        return None
+    if numpy_type == "boolean":
+        return "boolean" if pat.is_boolean(t) else None
+    for kind, fits in _NULLABLE_KINDS.items():
+        if numpy_type.startswith(kind) and numpy_type[len(kind):] in ("8", "16", "32", "64"):
+            if not fits(t) or (kind == "Float" and t.bit_width < 32):
+                return None
+            return f"{kind}{t.bit_width}"
+    return None
+
+
+def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None, *,
+                    index: bool = True) -> dict[str, Any]:
     """The ``pandas`` schema metadata kartothek expects, built for ``schema``.
 
     Column entries of ``source`` (the pandas metadata of the input, if any) are kept where
-    the field still exists, so nullable dtypes such as ``Int64`` survive a round trip.
-    The index is never stored (``index_columns`` is empty).
+    the field still exists, so nullable dtypes such as ``Int64`` survive a round trip (in
+    the field's width: :func:`nullable_dtype`). With ``index``, the index columns of
+    ``source`` that ``schema`` holds stay index columns (a named index kstore stores as
+    a column and its readers restore); data files and ``_common_metadata`` have none
+    (``index=False``): kartothek and plateau read those columns as columns.
     """
     import pandas as pd
 
@@ -570,22 +684,16 @@ def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) 
     for f in schema:
         prev = known.get(f.name)
         ptype, ntype, meta = _pandas_type(f.type)
-        if prev is not None and prev.get("numpy_type") in ("Int8", "Int16", "Int32", "Int64",
-                                                           "UInt8", "UInt16", "UInt32", "UInt64",
-                                                           "boolean", "Float32", "Float64"):
-            ntype = prev["numpy_type"]
-            if ntype in ("Int8", "Int16", "Int32"):
-                ntype = "Int64"
-            elif ntype in ("UInt8", "UInt16", "UInt32"):
-                ntype = "UInt64"
-            elif ntype == "Float32":
-                ntype = "Float64"
+        nullable = nullable_dtype(prev.get("numpy_type"), f.type) if prev is not None else None
+        if nullable is not None:
+            ntype = nullable
         columns.append(
             {"name": f.name, "field_name": f.name, "pandas_type": ptype, "numpy_type": ntype,
              "metadata": meta}
         )
+    index_columns = [c for c in (source or {}).get("index_columns", []) if c in schema.names] if index else []
     return {
-        "index_columns": [],
+        "index_columns": index_columns,
         "column_indexes": [],
         "columns": columns,
         "creator": {"library": "pyarrow", "version": pa.__version__},
@@ -593,16 +701,24 @@ def pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) 
     }
 
 
-def with_pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None) -> pa.Schema:
+def with_pandas_metadata(schema: pa.Schema, source: Mapping[str, Any] | None = None, *,
+                         index: bool = True) -> pa.Schema:
     """``schema`` carrying fresh pandas metadata (see :func:`pandas_metadata`)."""
     meta = dict(schema.metadata or {})
-    meta[b"pandas"] = json.dumps(pandas_metadata(schema, source)).encode()
+    meta[b"pandas"] = json.dumps(pandas_metadata(schema, source, index=index)).encode()
     return schema.with_metadata(meta)
 
 
 def schema_pandas_metadata(schema: pa.Schema) -> dict[str, Any] | None:
     """The pandas metadata of ``schema`` (a dtype hint only): None when it is missing or not
-    the shape pyarrow writes; column entries that are not ``{"field_name": str, ...}`` are dropped."""
+    the shape pyarrow writes; column entries that are not ``{"field_name": str, ...}`` are
+    dropped, and so are index columns that are not names of ``schema``'s fields.
+
+    >>> import pandas as pd
+    >>> t = pa.Table.from_pandas(pd.DataFrame({"x": [1]}, index=pd.Index(["a"], name="k")))
+    >>> schema_pandas_metadata(t.schema)["index_columns"]
+    ['k']
+    """
     raw = (schema.metadata or {}).get(b"pandas")
     if not raw:
         return None
@@ -613,5 +729,7 @@ def schema_pandas_metadata(schema: pa.Schema) -> dict[str, Any] | None:
     if not isinstance(meta, dict) or not isinstance(meta.get("columns", []), list):
         return None
     columns = [c for c in meta.get("columns", []) if isinstance(c, dict) and isinstance(c.get("field_name"), str)]
-    return {"columns": columns}
-
+    index = meta.get("index_columns", [])
+    names = set(schema.names)
+    index = [c for c in index if isinstance(c, str) and c in names] if isinstance(index, list) else []
+    return {"columns": columns, "index_columns": list(dict.fromkeys(index))}

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, cast
 
 from kstore.core.naming import validate_key
 from kstore.errors import KeyNotFoundError
+from kstore.io.redact import redact_text
 
 __all__ = ["KVStore"]
 
@@ -54,14 +55,14 @@ class KVStore:
         self.url = url
         self._lock = threading.Lock()
 
-    def __repr__(self) -> str:
-        return f"KVStore({self.kv!r})"
+    def __repr__(self) -> str:  # the wrapped store's repr may show a URL with credentials
+        return f"KVStore({redact_text(repr(self.kv))})"
 
     def get(self, key: str) -> bytes:
         try:
             return bytes(self.kv.get(validate_key(key)))
         except KeyError as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {self.kv!r}") from exc
+            raise KeyNotFoundError(f"key {key!r} not found in {redact_text(repr(self.kv))}") from exc
 
     def put(self, key: str, data: bytes) -> None:
         self.kv.put(validate_key(key), bytes(data))
@@ -92,7 +93,7 @@ class KVStore:
         try:
             fh = self.kv.open(validate_key(key))
         except KeyError as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {self.kv!r}") from exc
+            raise KeyNotFoundError(f"key {key!r} not found in {redact_text(repr(self.kv))}") from exc
         if hasattr(fh, "seekable") and fh.seekable():
             return cast(BinaryIO, fh)
         data = fh.read()

@@ -17,6 +17,7 @@ from typing import BinaryIO, ClassVar
 
 from kstore.core.naming import validate_key
 from kstore.errors import KeyNotFoundError
+from kstore.io.redact import redact_url
 
 __all__ = ["MemoryStore"]
 
@@ -74,8 +75,8 @@ class MemoryStore:
                 cls._registry[name] = cls(name)
             return cls._registry[name]
 
-    def __repr__(self) -> str:
-        return f"MemoryStore({self.url or id(self)}, {len(self._data)} keys)"
+    def __repr__(self) -> str:  # a name may look like user:password@host: never shown
+        return f"MemoryStore({redact_url(self.url) if self.url else id(self)}, {len(self._data)} keys)"
 
     def get(self, key: str) -> bytes:
         """The bytes stored under ``key``.

@@ -55,6 +55,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
 from kstore.errors import (
     InvalidArgumentError,
@@ -64,7 +65,8 @@ from kstore.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from kstore.io.s3 import DEFAULT_BUFFER_SIZE, S3RangeReader, _check_prefix, redact_url
+from kstore.io.redact import redact_exception, redact_text, redact_url, url_secrets
+from kstore.io.s3 import DEFAULT_BUFFER_SIZE, S3RangeReader, _check_prefix
 
 if TYPE_CHECKING:
     from kstore.io.s3 import S3Store
@@ -124,6 +126,15 @@ further where a service takes fewer)."""
 _CREATE_ATTEMPTS = 4
 _MISSING_CONTAINER = ("NoSuchBucket", "ContainerNotFound", "The specified bucket does not exist")
 _SECRET_PARAM = re.compile(r"(?i)((?:sig|signature|credential|token|key)[\w-]*=)[^&\s\"'<]+")
+#: Options whose value is a URL (a password in it is a credential).
+_URL_VALUED = frozenset({"endpoint", "base_url", "proxy_url"})
+#: obstore's S3 complaints about half a key pair -> (the option given, the option missing).
+_MISSING_S3_KEYS = {
+    "MissingAccessKeyId": ("aws_secret_access_key", "aws_access_key_id"),
+    "Missing AccessKeyId": ("aws_secret_access_key", "aws_access_key_id"),
+    "MissingSecretAccessKey": ("aws_access_key_id", "aws_secret_access_key"),
+    "Missing SecretAccessKey": ("aws_access_key_id", "aws_secret_access_key"),
+}
 
 
 def _option_name(name: str) -> str:
@@ -144,7 +155,7 @@ def _option_value(name: str, value: Any) -> str:
             f"storage_options key {name!r} must be a non-empty string or a bool, not "
             f"{type(value).__name__ if value != '' else 'an empty string'}"
         )
-    return value
+    return check_text(value, f"storage_options key {name!r}")
 
 
 def _parse_options(storage_options: Any) -> dict[str, tuple[str, str]]:
@@ -228,7 +239,7 @@ class ObjectStore:
         netloc = parts.netloc
         if backend != "memory" and (not netloc or any(c in netloc for c in "\\ ")):
             raise StoreError(f"invalid object store URL {shown!r}: no bucket or container name")
-        if "@" in netloc and ":" in netloc.partition("@")[0]:
+        if "@" in netloc and (":" in netloc.partition("@")[0] or backend in ("gcs", "s3")):
             raise StoreError(
                 f"invalid object store URL {shown!r}: no credentials in the URL; pass them "
                 "in storage_options or the environment"
@@ -253,7 +264,7 @@ class ObjectStore:
         self._options = options
         self._secrets = [
             v for k, (_, v) in options.items() if k not in URL_OPTION_KEYS and v not in ("true", "false")
-        ]
+        ] + [s for k, (_, v) in options.items() if k in _URL_VALUED for s in url_secrets(v)]
         self._pid = -1
         self._lock = threading.Lock()
         self._stores: tuple[Any, Any] | None = None
@@ -298,9 +309,10 @@ class ObjectStore:
 
     def _build_url(self) -> str:
         url = f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        query = {k: self._options[k][1] for k in URL_OPTION_KEYS if k in self._options}
+        # a password in an endpoint URL is a credential: shown redacted (the options keep it)
+        query = {k: redact_url(self._options[k][1]) for k in URL_OPTION_KEYS if k in self._options}
         if query:
-            url += "?" + urllib.parse.urlencode(query, safe=":/")
+            url += "?" + urllib.parse.urlencode(query, safe=":/*@")
         return url
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -356,6 +368,14 @@ class ObjectStore:
                 f"{sorted(n for n, _ in self._options.values())})"
             ) from exc
         except errors.BaseError as exc:
+            self._scrub(exc)  # redacts exc, which is chained to the error
+            for code, (given, missing) in _MISSING_S3_KEYS.items():
+                if code in str(exc):
+                    raise InvalidArgumentError(
+                        f"cannot open {self._shown()}: the S3 credentials are incomplete: {given} is given "
+                        f"without {missing} (storage_options {missing!r} or {missing.upper()!r}, or the "
+                        f"environment variable {missing.upper()}); give both, or neither to use the environment"
+                    ) from exc
             raise StoreError(f"cannot open {self._shown()}: {self._scrub(exc)}") from exc
 
     # -- helpers ------------------------------------------------------------------------------
@@ -366,11 +386,8 @@ class ObjectStore:
     def _scrub(self, exc: BaseException | str) -> str:
         """The first line of an obstore error without credentials (configured secrets and
         signature-like URL parameters become ``***``)."""
-        text = str(exc).split("\n", 1)[0]
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-        return _SECRET_PARAM.sub(r"\1***", text)
+        text = redact_exception(exc, self._secrets) if isinstance(exc, BaseException) else redact_text(exc, self._secrets)
+        return _SECRET_PARAM.sub(r"\1***", text.split("\n", 1)[0])
 
     def _full_key(self, key: str) -> str:
         return self._key_prefix + validate_key(key)
@@ -379,8 +396,10 @@ class ObjectStore:
         return f"key {full_key!r} in {self.scheme}://{self.bucket}"
 
     def _error(self, action: str, full_key: str, exc: BaseException) -> KstoreError:
-        """The kstore error for an obstore failure of ``action`` on ``full_key``."""
+        """The kstore error for an obstore failure of ``action`` on ``full_key`` (``exc`` is
+        redacted in place: it is chained to the error)."""
         errors = _obstore_errors()
+        text = self._scrub(exc)
         if isinstance(exc, (FileNotFoundError, errors.NotFoundError)):
             if any(code in str(exc) for code in _MISSING_CONTAINER):
                 return StoreNotFoundError(
@@ -388,8 +407,8 @@ class ObjectStore:
                 )
             return KeyNotFoundError(f"{self._where(full_key)} not found")
         if isinstance(exc, ValueError):
-            return InvalidKeyError(f"invalid key {full_key!r}: {self._scrub(exc)}")
-        return StoreError(f"{self.backend} {action} of {self._where(full_key)} failed: {self._scrub(exc)}")
+            return InvalidKeyError(f"invalid key {full_key!r}: {text}")
+        return StoreError(f"{self.backend} {action} of {self._where(full_key)} failed: {text}")
 
     # -- the Store protocol -------------------------------------------------------------------
 
@@ -737,9 +756,10 @@ class ObjectStore:
                         yield name[cut:]
         except (_obstore_errors().BaseError, OSError) as exc:
             what = f"{self.backend} listing of prefix {full_prefix!r} in {self.scheme}://{self.bucket}"
+            text = self._scrub(exc)  # also redacts exc, which is chained to the error
             if any(code in str(exc) for code in _MISSING_CONTAINER):
                 raise StoreNotFoundError(f"{what} failed: it does not exist") from exc
-            raise StoreError(f"{what} failed: {self._scrub(exc)}") from exc
+            raise StoreError(f"{what} failed: {text}") from exc
 
     def open(self, key: str, buffer_size: int = DEFAULT_BUFFER_SIZE) -> io.BufferedReader:
         """A seekable read-only file over the object that fetches byte ranges on demand.
@@ -836,8 +856,10 @@ class ObjectRangeReader(S3RangeReader):
         try:
             return bytes(obstore.get(owner._obstores()[0], self._key, options=cast(Any, options)).bytes())
         except errors.PreconditionError as exc:
+            owner._scrub(exc)  # redacts exc, which is chained to the error
             raise StoreError(f"{where} changed while it was being read; open it again") from exc
         except (errors.NotFoundError, FileNotFoundError) as exc:
+            owner._scrub(exc)
             raise StoreError(f"{where} was deleted while it was being read") from exc
         except (errors.BaseError, OSError) as exc:
             raise StoreError(

@@ -30,7 +30,10 @@ creates buckets).
 take the keys of pandas/fsspec and deltalake, case-insensitively: ``key``/``secret``/
 ``token``/``endpoint_url``/``region`` or ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``/``AWS_ENDPOINT_URL``/``AWS_REGION`` (see :data:`STORAGE_OPTION_KEYS`).
-Credentials never appear in :attr:`S3Store.url`, ``repr`` or error messages.
+Credentials (and a password in ``endpoint_url``) never appear in :attr:`S3Store.url`, ``repr``
+or error messages (``kstore.io.redact``). Incomplete credentials (a secret without its key
+id, a token without both) and an endpoint that is no ``http(s)://host[:port]`` URL are
+:class:`~kstore.errors.InvalidArgumentError` when the store is made, not on its first request.
 
 Examples
 --------
@@ -45,15 +48,16 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
 from kstore.errors import InvalidArgumentError, InvalidKeyError, KeyNotFoundError, StoreError
+from kstore.io.redact import has_userinfo, redact_exception, redact_text, redact_url, url_secrets
 
 __all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "STORAGE_OPTION_KEYS", "redact_url"]
 
@@ -101,41 +105,6 @@ STORAGE_OPTION_KEYS: dict[str, str] = {
 #: scheme from the endpoint URL).
 _IGNORED_OPTION_KEYS = frozenset({"aws_allow_http", "allow_http"})
 _SECRET_ARGS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token"})
-_SECRET_QUERY = re.compile(r"(?i)(token|secret|key|password|signature|credential)")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: user info becomes ``***`` and query values that look
-    secret (``session_token=...``) become ``***``; use it in every message that names a URL.
-
-    Parameters
-    ----------
-    url
-        Any URL.
-
-    Returns
-    -------
-    str
-        The URL with credentials replaced.
-
-    Examples
-    --------
-    >>> redact_url("s3://AKID:s3cr3t@host:9000/bkt?session_token=t&is_secure=false")
-    's3://***@host:9000/bkt?session_token=***&is_secure=false'
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    if "@" in rest:  # everything before the last "@" may be credentials, even unencoded ones
-        rest = "***" + rest[rest.rfind("@") :]
-    path, qmark, query = rest.partition("?")
-    if query:
-        pairs = []
-        for item in query.split("&"):
-            name, eq, _ = item.partition("=")
-            pairs.append(f"{name}=***" if eq and _SECRET_QUERY.search(name) else item)
-        query = "&".join(pairs)
-    return f"{scheme}://{path}{qmark}{query}"
 
 
 def _flag(value: str, name: str, url: str) -> bool:
@@ -176,6 +145,7 @@ def _parse_options(storage_options: Any) -> dict[str, Any]:
                 f"S3 storage_options key {name!r} must be a non-empty string, not "
                 f"{type(value).__name__ if value != '' else 'an empty string'}"
             )
+        check_text(value, f"S3 storage_options key {name!r}")
         if target in out and out[target] != value:
             raise InvalidArgumentError(
                 f"S3 storage_options keys {given[target]!r} and {name!r} give different values "
@@ -184,6 +154,63 @@ def _parse_options(storage_options: Any) -> dict[str, Any]:
         out[target] = value
         given[target] = name
     return out
+
+
+#: How each constructor argument is spelled in ``storage_options`` (for error messages).
+_OPTION_HINTS = {
+    "aws_access_key_id": "storage_options 'key' or 'AWS_ACCESS_KEY_ID'",
+    "aws_secret_access_key": "storage_options 'secret' or 'AWS_SECRET_ACCESS_KEY'",
+    "aws_session_token": "storage_options 'token' or 'AWS_SESSION_TOKEN'",
+}
+
+
+def _check_credentials(credentials: Mapping[str, Any]) -> None:
+    """Explicit credentials are all strings, and complete: an access key id with its secret
+    (boto3 would fail on the first request with a ``TypeError``, or sign with half of them).
+    Names the arguments, never a value."""
+    for name, value in credentials.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError(
+                f"S3 credential {name} ({_OPTION_HINTS[name]}) must be a non-empty string, not "
+                f"{type(value).__name__ if value != '' else 'an empty string'}"
+            )
+        check_text(value, f"S3 credential {name}")
+    has_key, has_secret = "aws_access_key_id" in credentials, "aws_secret_access_key" in credentials
+    if has_key != has_secret or ("aws_session_token" in credentials and not has_key):
+        given = [n for n in _OPTION_HINTS if n in credentials]
+        missing = [n for n in ("aws_access_key_id", "aws_secret_access_key") if n not in credentials]
+        raise InvalidArgumentError(
+            f"S3 credentials are incomplete: {' and '.join(given)} given without "
+            + " and ".join(f"{n} ({_OPTION_HINTS[n]})" for n in missing)
+            + "; give the access key id and the secret access key together (a session token with both), or "
+            "none of them to use boto3's credential chain (environment, config files, instance role)"
+        )
+
+
+def _check_endpoint(endpoint_url: Any) -> None:
+    """An ``http(s)://host[:port]`` URL; botocore would raise a raw ``ValueError`` otherwise."""
+    if endpoint_url is None:
+        return
+    if not isinstance(endpoint_url, str):
+        shown = type(endpoint_url).__name__
+    elif "://" not in endpoint_url and "@" in endpoint_url:  # user:password@host without a scheme
+        shown = "***" + endpoint_url[endpoint_url.rfind("@") :]
+    else:
+        shown = redact_url(endpoint_url)
+    ok = isinstance(endpoint_url, str)
+    if ok:
+        check_text(endpoint_url, "S3 endpoint_url")
+        try:
+            parts = urllib.parse.urlsplit(endpoint_url)
+            ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname) and (
+                parts.port is None or 0 < parts.port < 65536)
+        except ValueError:  # a port that is no number or out of range
+            ok = False
+    if not ok:
+        raise InvalidArgumentError(
+            f"S3 endpoint_url must be an http:// or https:// URL with a host (and a port from 1 to 65535), "
+            f"got {shown!r}"
+        )
 
 
 def _error_code(exc: Any) -> tuple[str, int | None]:
@@ -238,7 +265,9 @@ class S3Store:
         A ready boto3 S3 client to use in this process. A pickled store (and a forked
         child process) builds its own client from the other arguments instead.
     endpoint_url, region_name
-        For S3-compatible services and non-default regions; both are part of :attr:`url`.
+        For S3-compatible services and non-default regions; both are part of :attr:`url`
+        (a password in the endpoint, ``http://user:password@host``, shows as ``***`` there
+        and in every message; a pickled store keeps it).
     aws_access_key_id, aws_secret_access_key, aws_session_token
         Explicit credentials; by default boto3 finds them (environment, config, role).
         They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
@@ -274,6 +303,19 @@ class S3Store:
         if not isinstance(prefix, str):
             raise StoreError(f"invalid S3 key prefix {prefix!r}: must be a string")
         prefix = prefix.strip("/")
+        credentials = {
+            k: v
+            for k, v in (
+                ("aws_access_key_id", aws_access_key_id),
+                ("aws_secret_access_key", aws_secret_access_key),
+                ("aws_session_token", aws_session_token),
+            )
+            if v is not None
+        }
+        _check_credentials(credentials)
+        _check_endpoint(endpoint_url)
+        if region_name is not None and (not isinstance(region_name, str) or not region_name):
+            raise InvalidArgumentError(f"S3 region_name must be a non-empty string, got {region_name!r}")
         if prefix:
             validate_key(prefix)
             if "?" in prefix or "#" in prefix:
@@ -291,15 +333,7 @@ class S3Store:
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self._key_prefix = prefix + "/" if prefix else ""
-        self._credentials = {
-            k: v
-            for k, v in (
-                ("aws_access_key_id", aws_access_key_id),
-                ("aws_secret_access_key", aws_secret_access_key),
-                ("aws_session_token", aws_session_token),
-            )
-            if v is not None
-        }
+        self._credentials = credentials
         self._client = client
         self._client_pid = os.getpid() if client is not None else None
         self._lock = threading.Lock()
@@ -310,12 +344,12 @@ class S3Store:
     def _build_url(self) -> str:
         url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
         query = {}
-        if self.endpoint_url:
-            query["endpoint_url"] = self.endpoint_url
+        if self.endpoint_url:  # a password in the endpoint is a credential: never shown, pickled apart
+            query["endpoint_url"] = redact_url(self.endpoint_url)
         if self.region_name:
             query["region"] = self.region_name
         if query:
-            url += "?" + urllib.parse.urlencode(query, safe=":/")
+            url += "?" + urllib.parse.urlencode(query, safe=":/*@")
         return url
 
     @classmethod
@@ -353,7 +387,7 @@ class S3Store:
             raise StoreError(
                 f"invalid S3 URL {shown!r}: expected s3://bucket[/prefix][?endpoint_url=...]"
             )
-        if shown != url and "@" not in parts.netloc:
+        if has_userinfo(url) and "@" not in parts.netloc:
             raise StoreError(
                 f"invalid S3 URL {shown!r}: percent-encode the key and secret of "
                 "s3://key:secret@host/bucket (urllib.parse.quote_plus); a '/', '?' or '#' in "
@@ -474,6 +508,12 @@ class S3Store:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle as URL + explicit credentials; the copy creates its own client lazily."""
+        if self.endpoint_url and redact_url(self.endpoint_url) != self.endpoint_url:
+            # the URL shows the endpoint redacted: the real one travels with the credentials
+            url = self.url.partition("?")[0]
+            if self.region_name:
+                url += "?" + urllib.parse.urlencode({"region": self.region_name})
+            return (_rebuild, (url, {**self._credentials, "endpoint_url": self.endpoint_url}))
         return (_rebuild, (self.url, dict(self._credentials)))
 
     def __repr__(self) -> str:
@@ -510,13 +550,21 @@ class S3Store:
     def _full_key(self, key: str) -> str:
         return self._key_prefix + validate_key(key)
 
+    def _at(self) -> str:
+        """`` at <endpoint>`` (redacted) for messages, or nothing for AWS's default endpoint."""
+        return f" at {redact_url(self.endpoint_url)}" if self.endpoint_url else ""
+
+    def _scrub(self, exc: BaseException | str) -> str:
+        """The text of a botocore error without credentials (those configured, a password of
+        the endpoint, and any URL user info or signature-like parameter in it)."""
+        secrets = list(self._credentials.values()) + url_secrets(self.endpoint_url or "")
+        return redact_exception(exc, secrets) if isinstance(exc, BaseException) else redact_text(exc, secrets)
+
     def _where(self, full_key: str) -> str:
-        return f"key {full_key!r} in bucket {self.bucket!r}" + (
-            f" at {self.endpoint_url}" if self.endpoint_url else ""
-        )
+        return f"key {full_key!r} in bucket {self.bucket!r}{self._at()}"
 
     def _store_error(self, action: str, full_key: str, exc: BaseException) -> StoreError:
-        return StoreError(f"S3 {action} of {self._where(full_key)} failed: {exc}")
+        return StoreError(f"S3 {action} of {self._where(full_key)} failed: {self._scrub(exc)}")
 
     def _not_found(self, full_key: str) -> KeyNotFoundError:
         return KeyNotFoundError(f"{self._where(full_key)} not found")
@@ -736,16 +784,14 @@ class S3Store:
                     Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                 )
             except (ClientError, BotoCoreError) as exc:
-                failed.extend((k, str(exc)) for k in batch)
+                failed.extend((k, self._scrub(exc)) for k in batch)
                 continue
             for error in response.get("Errors", ()):
                 if error.get("Code") in _NOT_FOUND_CODES:
                     continue
-                failed.append((str(error.get("Key")), f"{error.get('Code')}: {error.get('Message')}"))
+                failed.append((str(error.get("Key")), self._scrub(f"{error.get('Code')}: {error.get('Message')}")))
         if failed:
-            raise failed_deletes_error(
-                failed, f" in bucket {self.bucket!r}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
-            )
+            raise failed_deletes_error(failed, f" in bucket {self.bucket!r}{self._at()}")
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (one ``HeadObject``).
@@ -848,7 +894,8 @@ class S3Store:
                         yield name[cut:]
         except (ClientError, BotoCoreError) as exc:
             raise StoreError(
-                f"S3 listing of prefix {full_prefix!r} in bucket {self.bucket!r} failed: {exc}"
+                f"S3 listing of prefix {full_prefix!r} in bucket {self.bucket!r}{self._at()} failed: "
+                f"{self._scrub(exc)}"
             ) from exc
 
     def open(self, key: str, buffer_size: int = DEFAULT_BUFFER_SIZE) -> io.BufferedReader:
@@ -990,7 +1037,7 @@ class S3RangeReader(io.RawIOBase):
             if _is_not_found(exc):
                 raise StoreError(f"{where} was deleted while it was being read") from exc
             raise StoreError(
-                f"S3 range read (bytes {start}-{end}) of {where} failed: {exc}"
+                f"S3 range read (bytes {start}-{end}) of {where} failed: {self._store._scrub(exc)}"
             ) from exc
         except BotoCoreError as exc:
             raise self._store._store_error(

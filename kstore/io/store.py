@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, TypeAlias, Union, runtime_checkable
 
 from kstore.errors import InvalidArgumentError, InvalidKeyError, KstoreError, StoreError
+from kstore.io.redact import redact_exception, redact_url, url_secrets
 
 __all__ = [
     "Store",
@@ -347,7 +348,6 @@ _OBJSTORE_PREFIXES = ("gs://", "abfs://", "abfss://", "az://", "azure://")
 def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Store:
     from kstore.io.local import LocalStore
     from kstore.io.memory import MemoryStore
-    from kstore.io.s3 import redact_url
 
     if "\x00" in url:
         raise InvalidArgumentError(f"store URL or path {redact_url(url)!r} contains a NUL byte")
@@ -362,6 +362,11 @@ def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Sto
         return LocalStore(_file_url_path(url))
     if url.startswith(("hfs://", "fs://")):  # minimalkv's directory stores, without creating the directory
         parts = urllib.parse.urlsplit(url)
+        if "@" in parts.netloc:
+            raise StoreError(
+                f"directory store URL {redact_url(url)!r} has user info (credentials before an '@'); a directory "
+                "store takes none: write hfs:///absolute/path or hfs://relative/path"
+            )
         return LocalStore(parts.netloc + parts.path)
     if url.startswith("s3://"):
         from kstore.io.s3 import S3Store
@@ -381,22 +386,9 @@ def _from_url(url: str, storage_options: Mapping[str, Any] | None = None) -> Sto
         kv = minimalkv.get_store_from_url(url)
     except Exception as exc:  # minimalkv raises many kinds for bad URLs
         raise StoreError(
-            f"cannot open store URL {redact_url(url)!r}: {_scrub(str(exc), url)}"
+            f"cannot open store URL {redact_url(url)!r}: {redact_exception(exc, url_secrets(url))}"
         ) from exc
     return _adapt_kv(kv, url if redact_url(url) == url else None)
-
-
-def _scrub(text: str, url: str) -> str:
-    """``text`` with the credentials of ``url`` (its user info) replaced by ``***``."""
-    netloc = urllib.parse.urlsplit(url).netloc
-    if "@" not in netloc:
-        return text
-    userinfo = netloc.rpartition("@")[0]
-    parts = {userinfo, *userinfo.split(":")}
-    parts |= {urllib.parse.unquote_plus(p) for p in parts}
-    for part in sorted((p for p in parts if p), key=len, reverse=True):
-        text = text.replace(part, "***")
-    return text
 
 
 def _file_url_path(url: str) -> str:
@@ -404,13 +396,17 @@ def _file_url_path(url: str) -> str:
     ``file:/p``. Other hosts and relative paths are errors (never a directory under the
     working directory)."""
     rest = url[len("file:") :]
+    shown = redact_url(url)
     if rest.startswith("//"):
         host, slash, path = rest[2:].partition("/")
+        if "@" in host:
+            raise StoreError(f"file URL {shown!r} has user info (credentials before an '@'); a local path takes "
+                             "none: write file:///absolute/path")
         if host not in ("", "localhost"):
-            raise StoreError(f"file URL {url!r} names host {host!r}; only local paths work (file:///path)")
+            raise StoreError(f"file URL {shown!r} names host {host!r}; only local paths work (file:///path)")
         rest = slash + path
     if not rest.startswith("/"):
-        raise StoreError(f"file URL {url!r} has no absolute path; write file:///absolute/path")
+        raise StoreError(f"file URL {shown!r} has no absolute path; write file:///absolute/path")
     return "/" + rest.lstrip("/")
 
 
@@ -517,8 +513,6 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
     >>> pickle.loads(pickle.dumps(factory))().url
     'memory://factory-doc'
     """
-    from kstore.io.s3 import redact_url
-
     if isinstance(store, str) and redact_url(store) == store:
         return _UrlFactory(store)
     # a URL with credentials travels as the opened store (S3Store pickles its credentials
@@ -548,7 +542,7 @@ class _UrlFactory:
         return open_store(self.url)
 
     def __repr__(self) -> str:
-        return f"store_factory({self.url!r})"
+        return f"store_factory({redact_url(self.url)!r})"
 
 
 class _ObjFactory:

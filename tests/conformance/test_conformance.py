@@ -8,14 +8,16 @@ every query that differs (missing / extra ids, the first differing values).
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kstore
-from kstore.core.types import normalize_schema
+from kstore.core.types import normalize_schema, written_schema
 from tests.conformance import drivers, matrix
 from tests.conformance.oracle import canon_rows, diff, expected_rows, matching_ids
 
@@ -148,16 +150,22 @@ def test_dataframe_reuse(reader, layout, datasets, engines, source):
 
 @pytest.mark.parametrize("writer, layout", WRITE_CASES)
 def test_writer_round_trip(writer, layout, datasets, source):
-    """What each writer wrote: the normalized schema of the source and every value,
-    read back exactly (kstore's Arrow reader), partitioned as asked."""
+    """What each writer wrote: the source's written types (the dataset schema keeps them;
+    ``_common_metadata`` the normalized ones) and every value, read back exactly (kstore's
+    Arrow reader), partitioned as asked."""
     url, uuid = datasets.get(writer, layout)
     cols = drivers.written_columns(writer, source)
     meta = kstore.load_metadata(url, uuid)
     assert meta.partition_keys == matrix.LAYOUTS[layout]
     assert set(meta.indices) == set(matrix.INDICES)
     schema = kstore.read_schema(url, uuid)
-    want_schema = normalize_schema(source.select(cols).schema)
+    want_schema = written_schema(source.select(cols).schema)
     assert {f.name: f.type for f in schema} == {f.name: f.type for f in want_schema}
+    assert {f.name: f.type for f in kstore.read_table(url, uuid, columns=cols).schema} == {
+        f.name: f.type for f in want_schema}
+    meta_key = f"{uuid}/{meta.table}/_common_metadata"
+    common = pq.read_schema(io.BytesIO(kstore.open_store(url).get(meta_key)))
+    assert {f.name: f.type for f in common} == {f.name: f.type for f in normalize_schema(want_schema)}
     got = kstore.read_table(url, uuid, columns=cols).to_pylist()
     problem = diff(canon_rows(got, source.schema), expected_rows(source, source.column("id").to_pylist(), cols,
                                                                  nan_is_null=False))

@@ -187,6 +187,15 @@ def test_copy(store, tmp_path):
     assert res.exit_code == 1 and "already exists" in res.output
 
 
+def test_copy_never_prints_the_credentials_of_the_target(store):
+    target = "memory://user:S3CR3T-xyz@cli-copy-target"
+    res = invoke("copy", store, "sales", "--to", target, "--as", "sales2")
+    assert res.exit_code == 0 and "in memory://***@cli-copy-target" in res.output
+    assert "S3CR3T" not in res.output
+    res = CliRunner().invoke(cli, ["copy", store, "sales", "--to", target, "--as", "sales2"])
+    assert res.exit_code == 1 and "already exists" in res.output and "S3CR3T" not in res.output
+
+
 def test_history_of_a_plateau_dataset_says_there_is_none(tmp_path):
     import functools
 
@@ -285,6 +294,23 @@ def test_console_script_is_installed():
     script = Path(sys.executable).with_name("kstore")
     res = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.startswith("kstore ")
+
+
+@pytest.mark.parametrize("mb", ["nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "1e-9", "big"])
+def test_compact_target_mb_that_is_no_size_is_a_usage_error(tmp_path, capsys, mb):
+    url = str(tmp_path / "st")
+    for i in range(2):
+        df = pd.DataFrame({"p": [1], "x": [i]})
+        (kstore.update_dataset(url, "c", df) if i else kstore.store_dataset(url, "c", df, partition_on=["p"]))
+    res = CliRunner().invoke(cli, ["compact", url, "c", f"--target-mb={mb}"])
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert "--target-mb" in res.output and "not a size in MiB" in res.output and "Traceback" not in res.output
+    code, out = run("compact", url, "c", f"--target-mb={mb}")
+    err = capsys.readouterr().err
+    assert code == 2 and out == "" and "--target-mb" in err and "Traceback" not in err
+    assert kstore.load_metadata(url, "c").version == 1  # nothing committed
+    assert invoke("compact", url, "c", "--target-mb", "0.5").exit_code == 0
+    assert kstore.load_metadata(url, "c").version == 2
 
 
 def test_compact_dry_run_then_merge(tmp_path):

@@ -597,3 +597,58 @@ def test_columns_named_dot_and_dot_dot_can_be_indexed(store_url):
     got = kstore.read_dataset(store_url, "dots", predicates=[[("..", "==", "a"), (".", ">", 1)]])
     assert got["x"].tolist() == [30]
     assert kstore.index_lookup(store_url, "dots", ".", 2) == kstore.index_lookup(store_url, "dots", "..", "b")
+
+
+# -- text that cannot be stored, counts that are no counts (issue #29 item 7) ----------------------
+
+SURROGATE_TXN_CALLS = {
+    "update_dataset": lambda u: kstore.update_dataset(u, UUID, frame(), txn=("a\ud800b", 1)),
+    "store_dataset": lambda u: kstore.store_dataset(u, "n", frame(), txn=("a\ud800b", 1)),
+    "delete_rows": lambda u: kstore.delete_rows(u, UUID, [[("x", "==", 3)]], txn=("\udfff", 1)),
+    "compact": lambda u: kstore.compact(u, UUID, txn=("a\ud800b", 1)),
+    "Snapshot.append options": lambda u: kstore.open_dataset(u, UUID).append(
+        frame(), options={"txn": ("a\ud800b", 1)}),
+    "CommitOptions": lambda u: kstore.CommitOptions.of({"txn": ("a\ud800b", 1)}),
+}
+
+
+@pytest.mark.parametrize("case", list(SURROGATE_TXN_CALLS))
+def test_txn_app_id_that_is_no_unicode_text_is_an_argument_error(store_url, case):
+    new_dataset(store_url)
+    before = snapshot(store_url)
+    with pytest.raises(InvalidArgumentError, match=r"txn app_id is not valid Unicode text.*surrogate"):
+        SURROGATE_TXN_CALLS[case](store_url)
+    assert_nothing_written_and_readable(store_url, before)
+
+
+BAD_WORKERS = ["2", 0, -3, 2.5, True, np.float64(2.0), [2]]
+
+
+def small_files_dataset(url: str) -> None:
+    """Two writes into one partition: two small files that compaction would merge."""
+    new_dataset(url)
+    kstore.update_dataset(url, UUID, pd.DataFrame({"p": [1], "x": [6], "s": ["d"]}))
+
+
+@pytest.mark.parametrize("max_workers", BAD_WORKERS, ids=repr)
+def test_max_workers_must_be_a_positive_int(store_url, max_workers):
+    small_files_dataset(store_url)
+    assert kstore.compact(store_url, UUID, dry_run=True).groups  # there is something to compact
+    before = snapshot(store_url)
+    for call in (lambda: kstore.compact(store_url, UUID, max_workers=max_workers),
+                 lambda: kstore.compact(store_url, UUID, max_workers=max_workers, dry_run=True),
+                 lambda: kstore.open_dataset(store_url, UUID).compact(max_workers=max_workers)):
+        with pytest.raises(InvalidArgumentError, match=r"max_workers must be None or an int >= 1, got "):
+            call()
+    assert snapshot(store_url) == before
+    # numpy ints and None are counts too
+    assert kstore.compact(store_url, UUID, max_workers=np.int64(2)).committed is not None
+
+
+@pytest.mark.parametrize("bad", ["0", True, -1, 1.0, None])
+def test_diff_versions_must_be_version_numbers(store_url, bad):
+    small_files_dataset(store_url)
+    for args in ((bad, 1), (0, bad)):
+        with pytest.raises(InvalidArgumentError, match=r"(from|to)_version must be an int >= 0"):
+            kstore.diff(store_url, UUID, *args)
+    assert kstore.diff(store_url, UUID, np.int64(0), 1).added

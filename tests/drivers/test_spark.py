@@ -23,6 +23,7 @@ What is checked:
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
 import re
 import sys
@@ -35,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pandas.testing as pdt
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import kstore
@@ -227,11 +229,15 @@ def test_every_type_round_trips_exactly(spark, store):
                  "p = 'ü %' AND i IS NOT NULL", "arr IS NULL", "st IS NOT NULL", "p IN ('a', 'b/c') AND str <> ''"]:
         got = sorted(r.id for r in back.filter(cond).collect())
         assert got == sorted(r.id for r in df.filter(cond).collect()), cond
-    # the normalized dataset schema (what kartothek readers see)
+    # the dataset schema keeps the written types (what kstore's readers return) ...
     schema = kstore.read_schema(store, "types")
-    assert schema.field("i").type == pa.int64() and schema.field("f").type == pa.float64()
+    assert schema.field("i").type == pa.int32() and schema.field("f").type == pa.float32()
     assert schema.field("ts").type == pa.timestamp("us", "UTC") and schema.field("ntz").type == pa.timestamp("us")
     assert schema.field("dec38").type == pa.decimal128(38, 10)
+    # ... and _common_metadata the normalized ones (what kartothek readers see)
+    meta = kstore.load_metadata(store, "types")
+    common = pq.read_schema(io.BytesIO(kstore.open_store(store).get(f"types/{meta.table}/_common_metadata")))
+    assert common.field("i").type == pa.int64() and common.field("f").type == pa.float64()
 
 
 def test_every_type_reads_the_same_in_pandas(spark, store):
@@ -770,7 +776,7 @@ def _cmp_py(v, op, lit):
 @pytest.mark.parametrize("how", ["store_dataset", "datasource"])
 def test_appending_a_narrower_type_keeps_the_dataset_type(spark, store, how):
     """float onto double, int onto long (holding 2**40), byte onto int: Spark reads every
-    row with the dataset's type, old rows exact."""
+    row with the dataset's type (the wider of the two: int for int and byte), old rows exact."""
     first = spark.createDataFrame([(1, 0.1, 2**40, 70000)], "id long, f double, l long, i int")
     more = spark.createDataFrame([(2, 0.5, 3, 5)], "id long, f float, l int, i byte")
     ks.store_dataset(first, store, "n")
@@ -780,7 +786,7 @@ def test_appending_a_narrower_type_keeps_the_dataset_type(spark, store, how):
         more.write.format("kstore").option("dataset_uuid", "n").mode("append").save(store)
     back = ks.read_dataset(spark, store, "n")
     assert {f.name: f.dataType for f in back.schema.fields} == {
-        "id": T.LongType(), "f": T.DoubleType(), "l": T.LongType(), "i": T.LongType()}
+        "id": T.LongType(), "f": T.DoubleType(), "l": T.LongType(), "i": T.IntegerType()}
     assert sorted((r.id, r.f, r.l, r.i) for r in back.collect()) == [(1, 0.1, 2**40, 70000), (2, 0.5, 3, 5)]
     # the same type again keeps it; a new column keeps the written type
     ks.update_dataset(spark.createDataFrame([(3, 1.0, 4, 6, 7)], "id long, f double, l long, i long, s short"),

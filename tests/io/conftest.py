@@ -1,5 +1,7 @@
 """Fixtures for store tests: a moto S3 server for the session and a fresh bucket per test; an
-Azurite blob emulator for the session and a fresh container per test (obstore-backed stores)."""
+Azurite blob emulator for the session and a fresh container per test (obstore-backed stores);
+``fault_proxy``: a fault-injecting HTTP proxy in front of the moto server (tests/fault_proxy.py),
+reset for every test."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from kstore.io.s3 import S3Store
+from tests.fault_proxy import FaultProxy
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +47,27 @@ def s3_bucket(s3_client: Any) -> str:
 def s3_store(s3_endpoint: str, s3_bucket: str, s3_client: Any) -> S3Store:
     """An :class:`S3Store` on a new, empty bucket of the moto server."""
     return S3Store(s3_bucket, endpoint_url=s3_endpoint, client=s3_client)
+
+
+@pytest.fixture(scope="session")
+def fault_proxy_session(s3_endpoint: str) -> Iterator[FaultProxy]:
+    """One :class:`~tests.fault_proxy.FaultProxy` in front of the session's moto server
+    (use :func:`fault_proxy`, which resets it around every test)."""
+    proxy = FaultProxy(s3_endpoint)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def fault_proxy(fault_proxy_session: FaultProxy) -> Iterator[FaultProxy]:
+    """The session's fault proxy with no faults, holds or counts (``.endpoint`` is its URL):
+    held requests of the test before have landed, and this test's land before the next."""
+    fault_proxy_session.reset()
+    yield fault_proxy_session
+    fault_proxy_session.reset()
 
 
 # -- obstore-backed stores (kstore.io.objstore): S3 on the moto server, Azure on Azurite --------

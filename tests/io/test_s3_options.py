@@ -235,3 +235,97 @@ def test_spark_factory_keeps_the_credentials(s3_endpoint: str, s3_bucket: str) -
         rebuilt = pickle.loads(pickle.dumps(factory))()
         assert isinstance(rebuilt, S3Store) and _credentials(rebuilt)[:2] == (KEY, SECRET)
         assert rebuilt.url == store.url
+
+
+# -- incomplete credentials, bad endpoints and text that is no Unicode (issue #29 item 7) -----------
+
+STORAGE_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "aws_secret_access_key":
+                "aws_secret_access_key", "token": "aws_session_token"}
+
+
+
+@pytest.mark.parametrize(
+    "options, missing",
+    [
+        ({"secret": SECRET}, "aws_access_key_id (storage_options 'key' or 'AWS_ACCESS_KEY_ID')"),
+        ({"AWS_SECRET_ACCESS_KEY": SECRET, "token": TOKEN}, "aws_access_key_id"),
+        ({"key": KEY}, "aws_secret_access_key (storage_options 'secret' or 'AWS_SECRET_ACCESS_KEY')"),
+        ({"token": TOKEN}, "aws_access_key_id (storage_options 'key' or 'AWS_ACCESS_KEY_ID') and aws_secret_access_key"),
+        ({"key": KEY, "token": TOKEN}, "aws_secret_access_key"),
+    ],
+    ids=["secret only", "secret and token", "key only", "token only", "key and token"],
+)
+def test_incomplete_credentials_name_the_missing_option(options: dict[str, str], missing: str) -> None:
+    url = "s3://bkt/p"
+    with pytest.raises(InvalidArgumentError, match=r"S3 credentials are incomplete: .* given without ") as info:
+        open_store(url, storage_options={**options, "endpoint_url": "http://127.0.0.1:1"})
+    assert missing in str(info.value)
+    _assert_no_secret(str(info.value))
+    creds = {STORAGE_KEYS[k.lower()]: v for k, v in options.items()}
+    with pytest.raises(InvalidArgumentError, match="incomplete"):
+        S3Store("bkt", **creds)
+
+
+
+def test_incomplete_credentials_of_the_obstore_backend_name_the_missing_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kstore.io.objstore import ObjectStore
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    base = {"endpoint": "http://127.0.0.1:1", "allow_http": True, "region": "us-east-1"}
+    for options, missing in (({"aws_secret_access_key": SECRET}, "aws_access_key_id"),
+                             ({"AWS_ACCESS_KEY_ID": KEY}, "aws_secret_access_key")):
+        with pytest.raises(InvalidArgumentError, match=f"incomplete: .* without {missing}") as info:
+            ObjectStore("s3://bkt/p", {**options, **base})
+        _assert_no_secret(str(info.value))
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:9000", "http://", "ftp://host", "http://host:99999", "http://host:x",
+                                      f"{KEY}:{SECRET}@127.0.0.1:9000", 9000])
+def test_an_endpoint_that_is_no_http_url_is_an_argument_error(endpoint: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="endpoint_url must be an http:// or https:// URL") as info:
+        S3Store("bkt", endpoint_url=endpoint)  # botocore: a raw ValueError on first use
+    _assert_no_secret(str(info.value))
+    if isinstance(endpoint, str):
+        with pytest.raises(InvalidArgumentError, match="endpoint_url must be an http:// or https:// URL"):
+            open_store("s3://bkt", storage_options={"endpoint_url": endpoint})
+
+
+@pytest.mark.parametrize("name", ["secret", "key", "token", "endpoint_url", "region"])
+def test_option_values_that_are_no_unicode_text_are_argument_errors(name: str) -> None:
+    options = {"key": KEY, "secret": SECRET, name: "x\ud800y"}
+    with pytest.raises(InvalidArgumentError, match="is not valid Unicode text") as info:
+        open_store("s3://bkt", storage_options=options)
+    _assert_no_secret(str(info.value))
+
+
+def test_a_password_in_the_endpoint_never_shows_and_travels_to_workers(
+    s3_endpoint: str, s3_bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kstore")
+    endpoint = f"http://user:{urllib.parse.quote_plus(SECRET)}@{_host(s3_endpoint)}"
+    store = open_store(f"s3://{s3_bucket}/p", storage_options={"key": KEY, "secret": SECRET, "endpoint_url": endpoint,
+                                                                "region": "eu-west-1"})
+    assert store.url == f"s3://{s3_bucket}/p?endpoint_url=http://***@{_host(s3_endpoint)}&region=eu-west-1"
+    assert repr(store) == f"S3Store({store.url!r})"
+    store.put("k", b"1")
+    rebuilt = pickle.loads(pickle.dumps(store_factory(store)))()
+    assert rebuilt.endpoint_url == endpoint and rebuilt.region_name == "eu-west-1" and rebuilt.get("k") == b"1"
+    _assert_no_secret(repr(store_factory(store)) + repr(rebuilt) + rebuilt.url)
+    # the same endpoint in the URL's query opens the store too
+    again = open_store(f"s3://{s3_bucket}/p?endpoint_url={urllib.parse.quote(endpoint, safe='')}",
+                       storage_options={"key": KEY, "secret": SECRET})
+    assert again.get("k") == b"1" and again.url == store.url.partition("&")[0]
+    missing = S3Store(f"kstore-missing-{uuid.uuid4().hex[:8]}", endpoint_url=endpoint, aws_access_key_id=KEY,
+                      aws_secret_access_key=SECRET)
+    for call in (lambda: missing.get("k"), lambda: list(missing.iter_prefix("")), lambda: missing.delete_many(["a"]),
+                 lambda: kstore.read_table(missing, "d"), lambda: kstore.store_dataset(missing, "d", pd.DataFrame({"x": [1]}))):
+        with pytest.raises(KstoreError) as info:
+            call()
+        assert "http://***@" in str(info.value)
+        _assert_no_secret(str(info.value) + repr(info.value))
+    for record in caplog.records:
+        if record.name.startswith("kstore"):
+            _assert_no_secret(record.getMessage())

@@ -1,0 +1,313 @@
+"""Acknowledged writes survive wrong clocks, long pauses and claims that land late (#29, items 1-3).
+
+The commit protocol's safety must not depend on any host's clock (FORMAT.md C, C2): a
+garbage collection whose clock runs days ahead, a writer whose clock runs behind, or a
+writer paused for hours between its checks and its claim may cost availability (a clear
+error), never an acknowledged write. A conditional create that the store still processes
+(S3 answers others ``409`` meanwhile) must be resolved, never taken for a lost race.
+
+Each test builds the schedule that lost data before, with a clock per actor: a
+``FixedRuntime`` installed around that actor's calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+
+import kstore
+from kstore.blocks import load
+from kstore.blocks.commit import write_checkpoint
+from kstore.core import naming, runtime, serialize
+from kstore.errors import CommitConflictError, KeyNotFoundError, StoreError
+from tests.drivers._stores import HookStore
+
+UUID = "ds"
+DAY = 24 * 3600
+
+
+def frame(p: list[str], ids: list[int]) -> pd.DataFrame:
+    return pd.DataFrame({"p": p, "id": ids})
+
+
+def ids(url) -> list[int]:
+    return sorted(kstore.read_dataset(url, UUID, columns=["id"])["id"].tolist())
+
+
+def every_listed_version_reads(url) -> None:
+    st = kstore.open_store(url)
+    for v in load.log_versions(st, UUID):
+        entry = load.load_entry(st, UUID, v)
+        if entry.has_dataset and v >= min(load.list_log(st, UUID).checkpoints or [v]):
+            meta = load.load_version(st, UUID, v)
+            for key in meta.referenced_keys():
+                assert st.exists(key), f"version {v} references {key}, which is gone"
+
+
+@pytest.fixture(params=["file", "memory"])
+def url(request, tmp_path):
+    if request.param == "file":
+        return str(tmp_path / "store")
+    return f"memory://clock-{request.node.name}"
+
+
+_seeds = iter(range(1, 1_000_000))
+
+
+def skewed(seconds: float) -> runtime.FixedRuntime:
+    """A runtime whose wall clock is ``seconds`` off the real one (monotonic as well: only
+    differences of it are used), with its own random ids (each host draws its own)."""
+    return runtime.FixedRuntime(runtime.SystemRuntime().time() + seconds, seed=next(_seeds))
+
+
+# item 2: a number used, expired and deleted early must not be claimed again --------------
+
+
+@pytest.mark.parametrize("how", ["gc-clock-8-days-ahead", "writer-paused-2-hours"])
+def test_a_claim_of_a_number_gc_deleted_early_is_not_acknowledged(url, how):
+    """Writer W stages an append on version 2 and stops right before its claim. Meanwhile
+    versions 3 and 4 are committed and a garbage collection deletes entry 3 seconds after
+    it was written: its clock is 8 days ahead (default retention), or W was paused for two
+    hours (retention 30 minutes). W's claim of 3 then succeeds, on a number whose version
+    4 built on another entry: before, W's append was acknowledged and lost (its files
+    deleted by that GC too). Now W sees that the entry after its own names another parent,
+    retracts its entry and either commits again or fails cleanly; nothing acknowledged is
+    lost and every listed version reads."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    clock = skewed(0)
+    fired: list[object] = []
+
+    def before(method, key):
+        if method == "put_if_absent" and key == naming.log_key(UUID, 3) and not fired:
+            fired.append(True)
+            with runtime.installed(skewed(0)):
+                kstore.update_dataset(url, UUID, frame(["d"], [3]))
+                kstore.update_dataset(url, UUID, frame(["e"], [4]))
+            if how == "gc-clock-8-days-ahead":
+                with runtime.installed(skewed(8 * DAY)):
+                    gc = kstore.garbage_collect(url, UUID)
+            else:
+                clock.advance(2 * 3600)
+                with runtime.installed(skewed(2 * 3600)):
+                    gc = kstore.garbage_collect(url, UUID, retention=timedelta(minutes=30),
+                                                enforce_retention_duration=False)
+            assert 3 in gc.expired_versions
+            assert not kstore.open_store(url).exists(naming.log_key(UUID, 3))  # deleted seconds after its claim
+            fired.append(gc)
+
+    acknowledged = True
+    with runtime.installed(clock):
+        try:
+            kstore.update_dataset(HookStore(url, before=before), UUID, frame(["w"], [99]))
+        except CommitConflictError as exc:
+            assert "garbage collection" in str(exc)
+            acknowledged = False
+    assert len(fired) == 2
+    got = ids(url)
+    assert got == sorted([0, 1, 2, 3, 4] + ([99] if acknowledged else []))
+    assert got.count(99) <= 1
+    every_listed_version_reads(url)
+    # the void claim is marked expired, never read as a version
+    st = kstore.open_store(url)
+    if st.exists(naming.log_key(UUID, 3)):
+        assert load.load_entry(st, UUID, 3).expired
+
+
+class Killed(BaseException):
+    """The writer's process died (no cleanup runs)."""
+
+
+def number_reused_at(url, version: int, *, kill_retraction: bool = False):
+    """A hook for writer W: right before W claims ``version``, two other appends commit it and
+    the next one, and a GC whose clock is 8 days ahead deletes entry ``version`` (seconds
+    old). ``kill_retraction``: W dies when it marks its void entry expired."""
+    fired: list[object] = []
+
+    def before(method, key):
+        if method == "put_if_absent" and key == naming.log_key(UUID, version) and not fired:
+            fired.append(True)
+            with runtime.installed(skewed(0)):
+                kstore.update_dataset(url, UUID, frame(["d"], [3]))
+                kstore.update_dataset(url, UUID, frame(["e"], [4]))
+            with runtime.installed(skewed(8 * DAY)):
+                kstore.garbage_collect(url, UUID)
+            assert not kstore.open_store(url).exists(naming.log_key(UUID, version))
+        if kill_retraction and method == "put" and key == naming.log_key(UUID, version):
+            raise Killed(key)  # the retraction
+
+    return before, fired
+
+
+def test_a_void_claim_retries_and_commits_when_its_files_are_safe(url):
+    """As above, but W's files are younger than GC's cutoff (W's clock is 2 days ahead, GC's
+    8 days at the default retention: its cutoff is 1 day ahead), so GC leaves them: W
+    retracts its void entry and commits its append again at the newest version."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    before, fired = number_reused_at(url, 2)
+    with runtime.installed(skewed(2 * DAY)):  # W's files are born after GC's cutoff (now + 1 day)
+        meta = kstore.update_dataset(HookStore(url, before=before), UUID, frame(["w"], [99]))
+    assert fired and meta.version is not None and meta.version > 3  # after X's versions 2 and 3
+    assert ids(url) == [0, 1, 3, 4, 99]
+    st = kstore.open_store(url)
+    assert load.load_entry(st, UUID, 2).expired  # the void claim, retracted
+    every_listed_version_reads(url)
+
+
+# item 3: a wrong clock costs no availability to writers that start after it ----------------
+
+
+def test_a_file_born_30_days_ahead_does_not_block_a_recreate_after_delete(url):
+    with runtime.installed(skewed(30 * DAY)):
+        kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.delete_dataset(url, UUID)  # its fence's cutoff lies 30 days ahead
+    meta = kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p")
+    assert ids(url) == [1] and meta.version is not None
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    assert ids(url) == [1, 2]
+
+
+def test_a_gc_host_days_ahead_does_not_block_writers_that_start_after_it(url):
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", overwrite=True)  # leaves garbage
+    with runtime.installed(skewed(30 * DAY)):
+        gc = kstore.garbage_collect(url, UUID)
+    assert gc.deleted_files and gc.fence_version is not None  # a fence whose cutoff is 23 days ahead
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    assert ids(url) == [1, 2]
+
+
+def test_a_writer_that_started_before_a_gc_fence_still_refuses_its_files(url):
+    """The rule above must not let through files a fence's GC may have deleted: a write
+    whose files predate a fence it had not seen is refused as before."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", overwrite=True)
+    fired: list[object] = []
+
+    def before(method, key):
+        if method == "put_if_absent" and "/_kstore/log/" in key and not fired:
+            with runtime.installed(skewed(30 * DAY)):
+                fired.append(kstore.garbage_collect(url, UUID))
+
+    with pytest.raises(CommitConflictError, match="garbage collection"):
+        kstore.update_dataset(HookStore(url, before=before), UUID, frame(["c"], [2]))
+    assert fired and ids(url) == [1]
+
+
+# item 1: a conditional create in flight is not a lost race ---------------------------------
+
+
+class InFlightStore(HookStore):
+    """The first conditional create of a log entry is held, as S3 holds a request it is
+    still processing after the client's connection dropped: the caller gets an error, gets
+    of the key find nothing, other conditional creates of the key are answered "exists"
+    (S3's 409, which the S3 stores report as not created), and the held request lands
+    ``land_after`` calls later."""
+
+    def __init__(self, inner, land_after: int = 6) -> None:
+        super().__init__(inner)
+        self.held: tuple[str, bytes] | None = None
+        self.done = False
+        self.countdown = land_after
+
+    def _tick(self) -> None:
+        if self.held is not None:
+            self.countdown -= 1
+            if self.countdown <= 0:
+                key, data = self.held
+                self.held = None
+                self.inner.put_if_absent(key, data)  # lands now (or finds the key taken)
+
+    def _call(self, method, key, *args):
+        self._tick()
+        if self.held is not None and key == self.held[0]:
+            if method == "get":
+                raise KeyNotFoundError(key)
+            if method == "put_if_absent":
+                return False
+        if method == "put_if_absent" and "/_kstore/log/" in key and not self.done:
+            self.done = True
+            self.held = (key, args[0])
+            raise StoreError(f"connection dropped while putting {key!r}")
+        return super()._call(method, key, *args)
+
+
+@pytest.mark.parametrize("land_after", [1, 6, 25])
+def test_an_append_whose_claim_lands_late_is_committed_once(url, land_after):
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    st = InFlightStore(url, land_after=land_after)
+    meta = kstore.update_dataset(st, UUID, frame(["b"], [1]))
+    while st.held is not None:
+        st._tick()
+    assert ids(url) == [0, 1]  # once, not twice
+    assert load.log_versions(kstore.open_store(url), UUID) == [0, 1] and meta.version == 1
+
+
+def test_a_partition_overwrite_whose_claim_lands_late_keeps_its_files(url):
+    kstore.store_dataset(url, UUID, frame(["a", "b"], [0, 1]), partition_on="p")
+    st = InFlightStore(url, land_after=8)
+    meta = kstore.update_dataset(st, UUID, frame(["a"], [10]), mode="overwrite_partitions")
+    assert meta.version == 1
+    while st.held is not None:
+        st._tick()
+    assert ids(url) == [1, 10]
+    every_listed_version_reads(url)
+
+
+def test_gc_expires_a_void_claim_whose_writer_died_before_retracting_it(url):
+    """W's claim of 2 is void (the number was used and deleted while W was paused) and W
+    dies before it marks its entry expired: GC must never treat that entry as a version
+    (retain it, rebuild it, or keep its files), and readers never see its rows."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    before, fired = number_reused_at(url, 2, kill_retraction=True)
+
+    with runtime.installed(skewed(2 * DAY)), pytest.raises(Killed):
+        kstore.update_dataset(HookStore(url, before=before), UUID, frame(["w"], [99]))
+    st = kstore.open_store(url)
+    assert load.load_entry(st, UUID, 2).operation == "append"  # the void entry, as W left it
+    assert ids(url) == [0, 1, 3, 4]
+    with runtime.installed(skewed(3 * DAY)):  # W's files are older than this cutoff
+        gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), enforce_retention_duration=False)
+    assert 2 in gc.expired_versions and 2 not in gc.retained_versions
+    assert not [k for k in st.iter_prefix(UUID + "/") if "/p=w/" in k]  # W's file: never acknowledged, gone
+    assert ids(url) == [0, 1, 3, 4]
+    every_listed_version_reads(url)
+
+
+def test_gc_never_retains_an_entry_whose_successor_names_another_parent(url):
+    """A void entry with a young stamp (its writer's clock ahead) would be retained by its
+    time; the entry after it proves it is no version: GC expires it and keeps the rest."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    st = kstore.open_store(url)
+    write_checkpoint(st, load.load_version(st, UUID, 2))  # as the GC that deleted the real entry 1 did
+    real = load.load_entry(st, UUID, 1)
+    void = replace(real, commit_id="f" * 32, timestamp=real.timestamp + timedelta(days=2))
+    st.put(naming.log_key(UUID, 1), serialize.dumps(void.to_dict(), "json"))  # as a void claim leaves it
+    gc = kstore.garbage_collect(url, UUID, retention=timedelta(days=1), enforce_retention_duration=False)
+    assert 1 not in gc.retained_versions and 1 in gc.expired_versions
+    assert load.load_entry(st, UUID, 1).expired
+    assert ids(url) == [0, 1, 2]
+
+
+def test_a_reader_never_replays_a_chain_through_a_void_claim(url):
+    """Entry 2 replaced by a void claim (another commit_id; the real entry 2 is gone) with no
+    checkpoint above it: replaying 3 on top of it would give a state that never existed.
+    The reader refuses (CorruptMetadataError) instead of returning wrong rows."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    for i in (1, 2, 3):
+        kstore.update_dataset(url, UUID, frame([f"b{i}"], [i]))
+    st = kstore.open_store(url)
+    real = load.load_entry(st, UUID, 2)
+    void = replace(real, commit_id="f" * 32)  # same content: only the link tells
+    st.put(naming.log_key(UUID, 2), serialize.dumps(void.to_dict(), "json"))
+    assert load.list_log(st, UUID).checkpoints == (0,)
+    with pytest.raises(kstore.errors.CorruptMetadataError):
+        kstore.read_dataset(url, UUID)
