@@ -29,6 +29,7 @@ def frame(p: int, start: int = 0) -> pd.DataFrame:
 
 def kstore_cost(root: str, p: int, repeats: int) -> tuple[float, float]:
     import kstore
+    import kstore.eager  # noqa: F401  (kstore imports lazily: load the API before the clock)
 
     t0 = time.perf_counter()
     kstore.store_dataset(root, "c", frame(p), partition_on=["part"], secondary_indices=["location"])

@@ -471,6 +471,8 @@ class KstoreSystem(System):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         import kstore
+        import kstore.eager  # noqa: F401  (kstore imports lazily: load the API before any clock)
+        import kstore.lifecycle  # noqa: F401
         from kstore.io.local import LocalStore
         from kstore.io.store import CountingStore
 

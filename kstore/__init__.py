@@ -14,44 +14,50 @@ argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``
 """
 
 import logging as _logging
+from typing import TYPE_CHECKING
 
 from kstore._version import __version__
-from kstore.blocks.gc import GCResult
-from kstore.blocks.history import Diff, HistoryEntry
-from kstore.blocks.snapshot import Snapshot
-from kstore.core.arguments import AsOf
-from kstore.core.commit_options import CommitOptions
-from kstore.core.metadata import DatasetMetadata
-from kstore.core.planning import ReadPlan
-from kstore.core.predicates import Predicates
-from kstore.core.writer_options import WriteOptions
-from kstore.eager import (
-    index_lookup,
-    iter_dataset,
-    load_metadata,
-    open_dataset,
-    plan_read,
-    read_dataset,
-    read_schema,
-    read_table,
-    store_dataset,
-    update_dataset,
-)
 from kstore.errors import KstoreError
-from kstore.io.s3 import S3Store
-from kstore.io.store import Store, StoreLike, open_store
-from kstore.lifecycle import (
-    build_indices,
-    compact,
-    copy_dataset,
-    delete_dataset,
-    delete_rows,
-    diff,
-    drop_indices,
-    garbage_collect,
-    history,
-    upgrade_dataset,
-)
+
+# The rest of the API is imported on first use (PEP 562 ``__getattr__`` below): ``import kstore``
+# then costs no pyarrow, pandas or commit machinery, and ``kstore --help`` starts fast (issue #30).
+# Type checkers and the API docs (griffe) read these imports instead.
+if TYPE_CHECKING:
+    from kstore.blocks.gc import GCResult
+    from kstore.blocks.history import Diff, HistoryEntry
+    from kstore.blocks.snapshot import Snapshot
+    from kstore.core.arguments import AsOf
+    from kstore.core.commit_options import CommitOptions
+    from kstore.core.metadata import DatasetMetadata
+    from kstore.core.planning import ReadPlan
+    from kstore.core.predicates import Predicates
+    from kstore.core.writer_options import WriteOptions
+    from kstore.eager import (
+        index_lookup,
+        iter_dataset,
+        load_metadata,
+        open_dataset,
+        plan_read,
+        read_dataset,
+        read_schema,
+        read_table,
+        store_dataset,
+        update_dataset,
+    )
+    from kstore.io.s3 import S3Store
+    from kstore.io.store import Store, StoreLike, open_store
+    from kstore.lifecycle import (
+        build_indices,
+        compact,
+        copy_dataset,
+        delete_dataset,
+        delete_rows,
+        diff,
+        drop_indices,
+        garbage_collect,
+        history,
+        upgrade_dataset,
+    )
 
 # a library logs, the application decides where to: records of "kstore.*" loggers go nowhere
 # until logging is configured (https://docs.python.org/3/howto/logging.html#library-config)
@@ -95,3 +101,47 @@ __all__ = [
     "store_dataset",
     "update_dataset",
 ]
+
+#: public name -> the module it is imported from on first access (the TYPE_CHECKING imports above)
+_LAZY: dict[str, str] = {
+    "GCResult": "kstore.blocks.gc",
+    "Diff": "kstore.blocks.history",
+    "HistoryEntry": "kstore.blocks.history",
+    "Snapshot": "kstore.blocks.snapshot",
+    "AsOf": "kstore.core.arguments",
+    "CommitOptions": "kstore.core.commit_options",
+    "DatasetMetadata": "kstore.core.metadata",
+    "ReadPlan": "kstore.core.planning",
+    "Predicates": "kstore.core.predicates",
+    "WriteOptions": "kstore.core.writer_options",
+    **dict.fromkeys(("index_lookup", "iter_dataset", "load_metadata", "open_dataset", "plan_read", "read_dataset",
+                     "read_schema", "read_table", "store_dataset", "update_dataset"), "kstore.eager"),
+    "S3Store": "kstore.io.s3",
+    "Store": "kstore.io.store",
+    "StoreLike": "kstore.io.store",
+    "open_store": "kstore.io.store",
+    **dict.fromkeys(("build_indices", "compact", "copy_dataset", "delete_dataset", "delete_rows", "diff",
+                     "drop_indices", "garbage_collect", "history", "upgrade_dataset"), "kstore.lifecycle"),
+}
+
+#: subpackages an eager ``import kstore`` used to load as a side effect: ``kstore.eager.x`` after a
+#: bare ``import kstore`` keeps working
+_SUBMODULES = frozenset({"blocks", "core", "eager", "io", "lifecycle"})
+
+if not TYPE_CHECKING:  # to mypy a module __getattr__ would make every misspelt kstore.name an Any
+
+    def __getattr__(name: str) -> object:
+        import importlib
+
+        if name in _LAZY:
+            value = getattr(importlib.import_module(_LAZY[name]), name)
+        elif name in _SUBMODULES:
+            value = importlib.import_module(f"{__name__}.{name}")
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # the next access is a plain lookup
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)

@@ -347,7 +347,7 @@ def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int, head: Head
     def get(v: int) -> LogEntry | None:
         try:
             return load.load_entry(store, dataset_uuid, v)
-        except KstoreError:
+        except (VersionNotFoundError, CorruptMetadataError):  # gone or damaged (a store error propagates)
             return None
 
     entries = runtime.parallel_map(get, wanted, max_workers=16)

@@ -98,6 +98,9 @@ class CompactionPlan:
     dry_run: bool = False
     committed: int | None = None
     bytes_out: int | None = None
+    #: the incarnation of the version planned on (a dataset deleted and created again
+    #: since is a conflict at the commit, FORMAT.md C)
+    incarnation: str | None = None
 
     @property
     def files_in(self) -> int:
@@ -176,7 +179,7 @@ def plan_compaction(
     base = base_version(store, dataset_uuid, base)
     if txn is not None and base.txns.get(txn[0], -1) >= txn[1]:  # committed before: nothing to do
         return CompactionPlan(dataset_uuid=dataset_uuid, version=base.version, target_file_size=target, groups=(),
-                              txn=txn, dry_run=dry_run)
+                              txn=txn, dry_run=dry_run, incarnation=base.incarnation)
     schema = load.load_schema(store, base)
     options.check_columns(schema, base.partition_keys, dataset=dataset_uuid)
     sec = tuple(c for c in dict.fromkeys(list(base.indices) + list(base.inline_indices))
@@ -216,7 +219,8 @@ def plan_compaction(
         groups.extend(_group(part, bin_, sizes))
     return CompactionPlan(dataset_uuid=dataset_uuid, version=base.version, target_file_size=target,
                           groups=tuple(groups), read_plan=plan, partition_on=tuple(base.partition_keys),
-                          index_columns=sec, table=base.table, options=options, txn=txn, dry_run=dry_run)
+                          index_columns=sec, table=base.table, options=options, txn=txn, dry_run=dry_run,
+                          incarnation=base.incarnation)
 
 
 def rewrite_groups(store: Store, plan: CompactionPlan, *, max_workers: int | None = None,
@@ -337,7 +341,7 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
     # index dropped meanwhile must not come back)
     op = Operation(kind="compaction", remove=remove, read_version=plan.version, partition_on=plan.partition_on,
                    table=plan.table, txn=plan.txn, info=info,
-                   metadata=plain(options.metadata))
+                   metadata=plain(options.metadata), read_incarnation=plan.incarnation, checks_incarnation=True)
     try:
         meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
                       seen_version=plan.version,

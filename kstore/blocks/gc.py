@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from kstore.blocks import load
 from kstore.blocks.commit import commit, republish_newest, write_checkpoint
 from kstore.core import naming, runtime, serialize
-from kstore.core.log import LOG_MIN_AGE, LogEntry
+from kstore.core.log import LOG_MIN_AGE, LogEntry, names_another_parent
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -233,9 +233,7 @@ def _void_claims(entries: dict[int, LogEntry | None], checkpoints: tuple[int, ..
     for v, e in entries.items():
         if e is None or e.expired:
             continue
-        nxt = entries.get(v + 1)
-        if nxt is not None and nxt.parent == v and nxt.parent_commit_id is not None \
-                and nxt.parent_commit_id != e.commit_id:
+        if names_another_parent(e, entries.get(v + 1)):
             void.add(v)
         elif (v != newest and v > 0 and e.has_dataset and not e.is_base and (v - 1) not in entries
               and v not in checkpoints):

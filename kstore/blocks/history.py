@@ -11,7 +11,7 @@ from typing import Any
 
 from kstore.blocks import load
 from kstore.core import naming
-from kstore.core.log import LogEntry
+from kstore.core.log import LogEntry, names_another_parent
 from kstore.core.runtime import parallel_map
 from kstore.core.summary import Record, Summary, decode_summary, encode_summary, record_of
 from kstore.errors import (
@@ -180,6 +180,39 @@ def _timeline(store: Store, dataset_uuid: str, listing: load.LogListing, *, batc
             yield rec.expire() if (v in expired and rec.kind == "dataset") else rec
 
 
+def _live(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: int = 8) -> Iterator[Record]:
+    """:func:`_timeline` without void claims (FORMAT.md C): a record whose successor names
+    another parent commit, and a version no read can rebuild (its predecessor's entry gone,
+    no checkpoint of its own, not the newest: a void claim whose successor was deleted too,
+    confirmed by a read attempt; garbage collection expires both kinds. The read attempt also
+    catches a summary's record of an entry that is a tombstone now: one a paused actor put
+    again after garbage collection deleted it). Costs nothing more unless a version qualifies."""
+    listed = set(listing.versions)
+    newest = listing.versions[-1] if listing.versions else None
+    newer: Record | None = None
+    for r in _timeline(store, dataset_uuid, listing, batch=batch):
+        successor, newer = newer, r
+        if r.kind == "dataset" and names_another_parent(r, successor):
+            continue
+        if (r.kind == "dataset" and r.version != newest and r.version - 1 not in listed
+                and r.version not in listing.checkpoints and not _rebuilds(store, dataset_uuid, r.version)):
+            continue
+        yield r
+
+
+def _rebuilds(store: Store, dataset_uuid: str, version: int) -> bool:
+    """Whether a read rebuilds ``version`` now (a version garbage collection is expiring, its
+    older entries deleted first, may also meet a damaged checkpoint below it)."""
+    try:
+        load.resolve_version(store, dataset_uuid, version)
+    except VersionNotFoundError:
+        return False
+    except CorruptMetadataError as exc:
+        log.warning("dataset %r: history leaves out version %d, which cannot be read: %s", dataset_uuid, version, exc)
+        return False
+    return True
+
+
 def _row(r: Record) -> HistoryEntry:
     return HistoryEntry(version=r.version, parent=r.parent, timestamp=r.timestamp, operation=r.operation,
                         added=r.added, removed=r.removed, rows_added=r.rows_added, writer=r.writer, txn=r.txn,
@@ -204,7 +237,7 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     newest_first: list[HistoryEntry] = []
     seen_dataset = False
     batch = 8 if limit is None else max(1, min(64, limit))
-    for r in _timeline(store, dataset_uuid, listing, batch=batch):
+    for r in _live(store, dataset_uuid, listing, batch=batch):
         if r.kind == "expired":
             continue  # expired by garbage collection
         if r.kind == "fence":
@@ -241,7 +274,7 @@ def version_as_of(store: Store, dataset_uuid: str, as_of: datetime) -> int:
         raise InvalidArgumentError(f"as_of must be a datetime, got {type(as_of).__name__} {as_of!r}")
     if as_of.tzinfo is None:
         as_of = as_of.replace(tzinfo=timezone.utc)
-    records = list(_timeline(store, dataset_uuid, load.list_log(store, dataset_uuid)))[::-1]
+    records = list(_live(store, dataset_uuid, load.list_log(store, dataset_uuid)))[::-1]
     before = [r for r in records if r.timestamp <= as_of]
     if not before:
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no retained version as of {as_of.isoformat()}")

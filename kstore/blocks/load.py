@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from kstore.core import naming, runtime, serialize
 from kstore.core.index import ColumnIndex, index_storage_type
-from kstore.core.log import LogEntry
+from kstore.core.log import LogEntry, names_another_parent
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.runtime import parallel_map
@@ -345,7 +345,7 @@ def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int
     return entries, cp
 
 
-def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -> Resolved:
+def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, *, newest: bool = False) -> Resolved:
     """The state of version ``target`` from the log: the newest checkpoint at or below it
     (or the newest base entry), then the format-2 entries after it, replayed in order.
 
@@ -358,15 +358,19 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing) -
     around: the whole log is listed, and the version is rebuilt from the next older
     checkpoint or base entry and the entries after it (more calls; ``damaged`` in the
     result says which). Only when no such chain is left is it a
-    :class:`CorruptMetadataError` naming the dataset, the version and the checkpoint.
+    :class:`CorruptMetadataError` naming the dataset, the version and the checkpoint; or,
+    when ``target`` was read as the ``newest`` version and the log now has a newer one,
+    ``_Moved`` (the head moved on: a delete or a garbage collection removed what the read
+    needed).
     """
     try:
         return _resolve(store, dataset_uuid, target, listing, ())
     except _Damaged as exc:
-        return _resolve_around(store, dataset_uuid, target, exc)
+        return _resolve_around(store, dataset_uuid, target, exc, newest=newest)
 
 
-def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damaged) -> Resolved:
+def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damaged, *, newest: bool = False,
+                    ) -> Resolved:
     """:func:`resolve` without the damaged checkpoint(s): from the whole log (the listing
     the read used may start at the damaged one, the ``_last_checkpoint`` hint)."""
     damaged: dict[int, CorruptMetadataError] = {}
@@ -386,6 +390,8 @@ def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damage
             exc = again
             continue
         except (_Moved, _NoBase):
+            if newest and listing.versions and listing.versions[-1] > target:
+                raise _Moved() from None  # a newer head to read instead
             if listing == previous:
                 break  # the same log twice: the entries below the damaged checkpoint are gone
             previous = listing
@@ -528,7 +534,7 @@ def _load_head(store: Store, dataset_uuid: str) -> Head:
             return Head(dataset_uuid, main, fmt, hint_v, cutoff, hint_v, started)
         newest = listing.versions[-1]
         try:
-            got = resolve(store, dataset_uuid, newest, listing)
+            got = resolve(store, dataset_uuid, newest, listing, newest=True)
         except _Moved:
             continue
         except VersionNotFoundError:
@@ -636,7 +642,8 @@ def load_metadata(store: Store, dataset_uuid: str) -> tuple[DatasetMetadata, Met
 
 def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
     """The metadata of one retained version: its checkpoint and the log entries after it
-    (1 listing + 1 get of the checkpoint + 1 get per entry after it, in parallel)."""
+    (1 listing + 1 get of the checkpoint + 1 get per entry after it, in parallel; +1 get of the
+    next entry, which must not prove the version a void claim: FORMAT.md C)."""
     meta = resolve_version(store, dataset_uuid, version).meta
     assert meta is not None
     return meta
@@ -648,17 +655,34 @@ def resolve_version(store: Store, dataset_uuid: str, version: int) -> Resolved:
     replayable, as garbage collection does, writes a fresh checkpoint of such a version)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {version!r}")
+    previous: LogListing | None = None
     for _ in range(20):
         listing = list_log(store, dataset_uuid)
         try:
             got = resolve(store, dataset_uuid, version, listing)
         except _Moved:
+            if listing == previous:  # the same log twice: not a chain GC is changing
+                raise VersionNotFoundError(
+                    f"dataset {dataset_uuid!r}: version {version} cannot be rebuilt from the log (the entries "
+                    "before it are gone): it was expired by garbage collection, or its entry is a void claim of "
+                    "a number used before (FORMAT.md C)") from None
+            previous = listing
             continue
         if got.meta is None:
             e = got.entry
             why = ("was expired by garbage collection" if e is None or e.expired
                    else f"is a {e.operation!r} record: the dataset did not exist then")
             raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {version} {why}")
+        if got.entry is not None and version + 1 in listing.versions:
+            try:
+                successor: LogEntry | None = load_entry(store, dataset_uuid, version + 1)
+            except (VersionNotFoundError, CorruptMetadataError):
+                successor = None
+            if names_another_parent(got.entry, successor):
+                raise VersionNotFoundError(
+                    f"dataset {dataset_uuid!r}: version {version} is not a version of the dataset: its entry is "
+                    "a void claim of a number used before (version "
+                    f"{version + 1} names another parent; FORMAT.md C)")
         return got
     raise CorruptMetadataError(f"dataset {dataset_uuid!r}: the log kept changing while version {version} was read")
 

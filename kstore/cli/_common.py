@@ -20,7 +20,6 @@ from typing import IO, Any, TypeVar
 import click
 
 from kstore.errors import InvalidPredicateError
-from kstore.io.progress import bar
 
 log = logging.getLogger("kstore.cli")
 
@@ -223,5 +222,7 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[], None]
     if not progress_enabled():
         yield lambda: None
         return
+    from kstore.io.progress import bar
+
     with bar(description, total) as advance:
         yield advance

@@ -20,8 +20,6 @@ from kstore.cli._common import (
     progress,
     where_options,
 )
-from kstore.io.progress import ProgressStore
-from kstore.io.redact import redact_url
 
 if TYPE_CHECKING:
     from kstore.blocks.compact import CompactionPlan
@@ -75,6 +73,7 @@ def gc(store: str, dataset: str, retention_days: timedelta, dry_run: bool, yes: 
        as_json: bool) -> None:
     """Garbage-collect DATASET: expire old versions, delete files nothing retained uses."""
     import kstore
+    from kstore.io.progress import ProgressStore
 
     st = kstore.open_store(store)
 
@@ -126,6 +125,7 @@ def delete(store: str, dataset: str, dry_run: bool, yes: bool) -> None:
     """Delete DATASET: data, indices, statistics and metadata (a small log entry stays)."""
     import kstore
     from kstore.errors import DatasetNotFoundError
+    from kstore.io.progress import ProgressStore
 
     st = kstore.open_store(store)
     keys = _dataset_keys(st, dataset)
@@ -150,6 +150,8 @@ def delete(store: str, dataset: str, dry_run: bool, yes: bool) -> None:
 def copy(store: str, dataset: str, target: str | None, new_name: str | None) -> None:
     """Copy the current version of DATASET to another store and/or name (files are copied)."""
     import kstore
+    from kstore.io.progress import ProgressStore
+    from kstore.io.redact import redact_url
 
     if target is None and new_name is None:
         raise UserError("copy needs --to STORE and/or --as DATASET")

@@ -38,11 +38,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["LogEntry", "LOG_MIN_AGE", "FENCE_OPERATIONS"]
+__all__ = ["LogEntry", "LOG_MIN_AGE", "FENCE_OPERATIONS", "Linked", "names_another_parent"]
 
 #: A log entry is never deleted before it is this old (it is replaced by a tombstone when
 #: its version expires earlier). Together with the writers' base-age limit
@@ -212,6 +212,39 @@ class LogEntry:
             n_partitions=n_parts,
             parent_commit_id=parent_commit_id,
         )
+
+
+class Linked(Protocol):
+    """What the void-claim rule reads of an entry (a :class:`LogEntry` or a history record)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def commit_id(self) -> str | None: ...
+    @property
+    def parent(self) -> int | None: ...
+    @property
+    def parent_commit_id(self) -> str | None: ...
+
+
+def names_another_parent(claim: Linked, successor: Linked | None) -> bool:
+    """True when ``successor`` (the entry of the version after ``claim``) proves ``claim``
+    void: it names ``claim``'s version as its parent but another commit id, so ``claim``
+    re-used a number whose first entry was deleted (FORMAT.md C). Unknown ids (entries
+    written before kstore recorded them) prove nothing.
+
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    >>> first = LogEntry(version=4, commit_id="a", operation="append", parent=3, timestamp=t)
+    >>> again = LogEntry(version=4, commit_id="b", operation="append", parent=3, timestamp=t)
+    >>> after = LogEntry(version=5, commit_id="c", operation="append", parent=4, timestamp=t,
+    ...                  parent_commit_id="a")
+    >>> names_another_parent(again, after), names_another_parent(first, after), names_another_parent(again, None)
+    (True, False, False)
+    """
+    return (successor is not None and successor.version == claim.version + 1 and successor.parent == claim.version
+            and successor.parent_commit_id is not None and claim.commit_id is not None
+            and successor.parent_commit_id != claim.commit_id)
 
 
 def _strings(values: Any, where: str, name: str) -> tuple[str, ...]:

@@ -69,6 +69,10 @@ class Record:
     txn: tuple[str, int] | None = None
     n_partitions: int = 0
     info: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: the entry's commit id and its parent's (None: unknown; summaries before kstore 0.6
+    #: lack them): what a reader checks to leave out void claims (FORMAT.md C)
+    commit_id: str | None = None
+    parent_commit_id: str | None = None
 
     @property
     def small(self) -> bool:
@@ -79,19 +83,24 @@ class Record:
 
     def expire(self) -> Record:
         """This record as an expired version (what a tombstone of it would say)."""
-        return Record(self.version, "expired", self.timestamp, self.operation, self.parent)
+        return Record(self.version, "expired", self.timestamp, self.operation, self.parent,
+                      commit_id=self.commit_id, parent_commit_id=self.parent_commit_id)
 
 
 def record_of(entry: LogEntry) -> Record:
     """The record of one log entry (format 1 or 2, tombstone or fence)."""
+    cid, pcid = entry.commit_id, entry.parent_commit_id
     if entry.expired:
-        return Record(entry.version, "expired", entry.timestamp, entry.operation, entry.parent)
+        return Record(entry.version, "expired", entry.timestamp, entry.operation, entry.parent,
+                      commit_id=cid, parent_commit_id=pcid)
     if not entry.has_dataset:
-        return Record(entry.version, "fence", entry.timestamp, entry.operation, entry.parent)
+        return Record(entry.version, "fence", entry.timestamp, entry.operation, entry.parent,
+                      commit_id=cid, parent_commit_id=pcid)
     parts = entry.metadata.get("partitions") if entry.metadata is not None else None
     count = entry.n_partitions if entry.n_partitions is not None else (len(parts) if isinstance(parts, Mapping) else 0)
     return Record(entry.version, "dataset", entry.timestamp, entry.operation, entry.parent, entry.added,
-                  entry.removed, entry.rows_added, entry.writer, entry.txn, count, entry.info)
+                  entry.removed, entry.rows_added, entry.writer, entry.txn, count, entry.info,
+                  commit_id=cid, parent_commit_id=pcid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +115,13 @@ class Summary:
 
 _COLUMNS = ("version", "kind", "timestamp", "operation", "parent", "added", "removed", "rows_added",
             "writer", "txn", "n_partitions", "info")
+#: columns a summary may lack (written before kstore recorded them)
+_OPTIONAL = ("commit_id", "parent_commit_id")
 
 
 def encode_summary(version: int, records: Sequence[Record], large: Sequence[int] = ()) -> bytes:
     """The bytes of a summary written at ``version`` (msgpack, zstd; one list per field)."""
-    cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    cols: dict[str, list[Any]] = {c: [] for c in _COLUMNS + _OPTIONAL}
     for r in records:
         cols["version"].append(r.version)
         cols["kind"].append(r.kind)
@@ -124,6 +135,8 @@ def encode_summary(version: int, records: Sequence[Record], large: Sequence[int]
         cols["txn"].append(list(r.txn) if r.txn else None)
         cols["n_partitions"].append(r.n_partitions)
         cols["info"].append(dict(r.info) if r.info else None)
+        cols["commit_id"].append(r.commit_id)
+        cols["parent_commit_id"].append(r.parent_commit_id)
     return serialize.dumps({"summary": SUMMARY_FORMAT, "version": version, "records": cols,
                             "large": sorted(large)}, "msgpack.zstd")
 
@@ -139,6 +152,10 @@ def decode_summary(data: bytes, *, where: str) -> Summary:
     n = len(cols["version"])
     if any(len(cols[c]) != n for c in _COLUMNS):
         raise CorruptMetadataError(f"{where}: the record columns differ in length")
+    ids = {c: cols.get(c, [None] * n) for c in _OPTIONAL}
+    if any(not isinstance(v, list) or len(v) != n or not all(i is None or isinstance(i, str) for i in v)
+           for v in ids.values()):
+        raise CorruptMetadataError(f"{where}: the commit ids are damaged")
     records = []
     try:
         for i in range(n):
@@ -155,7 +172,7 @@ def decode_summary(data: bytes, *, where: str) -> Summary:
                 raise CorruptMetadataError(f"{where}: record {i} has kind {kind!r}, partitions {count!r}")
             records.append(Record(entry.version, kind, entry.timestamp, entry.operation, entry.parent,
                                   entry.added, entry.removed, entry.rows_added, entry.writer, entry.txn,
-                                  count, entry.info))
+                                  count, entry.info, ids["commit_id"][i], ids["parent_commit_id"][i]))
     except CorruptMetadataError:
         raise
     except (KstoreError, TypeError, ValueError) as exc:

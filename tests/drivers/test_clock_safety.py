@@ -12,6 +12,7 @@ Each test builds the schedule that lost data before, with a clock per actor: a
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import timedelta
 
@@ -199,6 +200,38 @@ def test_a_writer_that_started_before_a_gc_fence_still_refuses_its_files(url):
     assert fired and ids(url) == [1]
 
 
+def test_a_store_error_while_reading_the_fences_is_no_refusal(url):
+    """The fence check reads the entries committed since the version the writer read; a
+    store error there is a StoreError to retry, not a CommitConflictError blaming a garbage
+    collection (seed 3000055 of the mixed simulation: a writer 30 days behind, one failed get)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [5]), partition_on="p")
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p", overwrite=True)
+    gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), enforce_retention_duration=False)
+    assert gc.fence_version == 2
+    state = {"raced": False, "failed": False}
+
+    def in_fence_check() -> bool:
+        frame_ = sys._getframe()
+        while frame_ is not None and frame_.f_code.co_name != "_cutoff_since":
+            frame_ = frame_.f_back
+        return frame_ is not None
+
+    def before(method, key):
+        if method == "put_if_absent" and key == naming.log_key(UUID, 3) and not state["raced"]:
+            state["raced"] = True
+            kstore.update_dataset(url, UUID, frame(["b"], [1]))  # takes version 3 first
+        elif method == "get" and key == naming.log_key(UUID, 3) and not state["failed"] and in_fence_check():
+            state["failed"] = True
+            raise StoreError("injected: the get of log entry 3 failed")
+
+    with runtime.installed(skewed(-2 * DAY)), pytest.raises(StoreError, match="injected"):
+        kstore.update_dataset(HookStore(url, before=before), UUID, frame(["c"], [2]))
+    assert state["failed"] and ids(url) == [0, 1]
+    with runtime.installed(skewed(-2 * DAY)):
+        kstore.update_dataset(url, UUID, frame(["c"], [2]))  # its files predate no fence it had not seen
+    assert ids(url) == [0, 1, 2]
+
+
 # item 1: a conditional create in flight is not a lost race ---------------------------------
 
 
@@ -311,3 +344,61 @@ def test_a_reader_never_replays_a_chain_through_a_void_claim(url):
     assert load.list_log(st, UUID).checkpoints == (0,)
     with pytest.raises(kstore.errors.CorruptMetadataError):
         kstore.read_dataset(url, UUID)
+
+
+def test_history_and_time_travel_never_show_a_linked_void_claim(url):
+    """Before GC or its writer retracts it, a void claim (its successor names another
+    parent) is no version: history() leaves it out, and time travel to its number is
+    VersionNotFoundError, though its entry reads and its checkpoint-free chain looks whole."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    st = kstore.open_store(url)
+    write_checkpoint(st, load.load_version(st, UUID, 2))
+    real = load.load_entry(st, UUID, 1)
+    st.put(naming.log_key(UUID, 1), serialize.dumps(replace(real, commit_id="f" * 32).to_dict(), "json"))
+    assert [h.version for h in kstore.history(url, UUID)] == [0, 2]
+    with pytest.raises(kstore.errors.VersionNotFoundError):
+        kstore.read_dataset(url, UUID, version=1)
+    assert ids(url) == [0, 1, 2]
+
+
+def test_history_and_time_travel_never_show_a_void_claim_after_a_gap(url):
+    """The paused writer's claim of 1 lands after GC deleted entries 1 and 2 (its successor
+    is gone too, so no link tells): no read can rebuild it, and history() must not list it
+    (nor a history summary written at that number before: seed 2100084 of the pauses kind)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    for i in (1, 2, 3):
+        kstore.update_dataset(url, UUID, frame([f"b{i}"], [i]))
+    st = kstore.open_store(url)
+    write_checkpoint(st, load.load_version(st, UUID, 3))  # as GC does before it deletes entries below
+    real = load.load_entry(st, UUID, 1)
+    for v in (0, 1, 2):
+        st.delete(naming.log_key(UUID, v))
+    for c in load.list_log(st, UUID).checkpoints:
+        if c < 3:
+            st.delete(naming.checkpoint_key(UUID, c))
+    st.put(naming.log_key(UUID, 1), serialize.dumps(replace(real, commit_id="f" * 32).to_dict(), "json"))
+    assert load.list_log(st, UUID).versions == (1, 3)
+    assert [h.version for h in kstore.history(url, UUID)] == [3]
+    with pytest.raises(kstore.errors.VersionNotFoundError, match="void claim"):
+        load.load_version(st, UUID, 1)
+    assert ids(url) == [0, 1, 2, 3]
+
+
+def test_history_trusts_no_summary_record_of_an_entry_put_again_as_a_tombstone(url):
+    """delete_dataset (or GC) paused before its tombstone put of a young entry; GC deleted
+    that entry meanwhile; the put lands and lists the number again, as a tombstone. The
+    history summary still calls it a version of the dataset: history() must not show it
+    (seed 3000665 of the mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    st = kstore.open_store(url)
+    assert 0 in load.list_log(st, UUID).summaries
+    write_checkpoint(st, load.load_version(st, UUID, 1))
+    entry = load.load_entry(st, UUID, 0)
+    st.delete(naming.log_key(UUID, 0))
+    st.delete(naming.checkpoint_key(UUID, 0))
+    st.put(naming.log_key(UUID, 0), serialize.dumps(entry.tombstone().to_dict(), "json"))
+    assert [h.version for h in kstore.history(url, UUID)] == [1]
+    assert ids(url) == [0, 1]

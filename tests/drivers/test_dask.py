@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import math
 import os
+import pathlib
 import threading
 import time
 from collections import Counter
@@ -486,30 +487,36 @@ def test_arguments_and_schema_are_checked_before_computing(url):
 # ---------------------------------------------------------------------------------------
 
 
-def _slow(part: pd.DataFrame) -> pd.DataFrame:
-    time.sleep(0.5)
+def _gated(part: pd.DataFrame, gate: str) -> pd.DataFrame:
+    """A Dask task that says it started (the write has read its version) and waits until the
+    test opens the gate (files: the tasks run in worker processes)."""
+    pathlib.Path(gate + ".started").touch()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return part
 
 
-def test_dask_append_and_eager_appends_both_land(client, url):
+def test_dask_append_and_eager_appends_both_land(client, url, tmp_path):
     kstore.store_dataset(url, UUID, frame(30), partition_on=["p"], secondary_indices=["x"])
     errors = []
+    gate = str(tmp_path / "gate")
 
     def dask_append():
         try:
             with dask.config.set(scheduler=client):
-                kd.update_dataset(url, UUID, ddf_of(frame(60, start=1000), 4).map_partitions(_slow))
+                kd.update_dataset(url, UUID, ddf_of(frame(60, start=1000), 4).map_partitions(_gated, gate))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    initial = data_keys(url)
     t = threading.Thread(target=dask_append)
     t.start()
-    deadline = time.monotonic() + 30
-    while data_keys(url) == initial and time.monotonic() < deadline:  # the Dask workers are writing
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate + ".started") and time.monotonic() < deadline:  # the Dask workers run
         time.sleep(0.01)
     for k in range(5):  # eager appends commit while the Dask write runs
         kstore.update_dataset(url, UUID, frame(3, start=2000 + 10 * k))
+    pathlib.Path(gate).touch()
     t.join()
     assert not errors
     hist = kstore.history(url, UUID)

@@ -160,6 +160,32 @@ def test_mutations_of_the_newest_version_conflict_when_it_is_re_created_meanwhil
     assert_untouched(store_url, state["new"], state["before"])
 
 
+def test_a_compaction_planned_before_a_re_create_conflicts(store_url, monkeypatch):
+    """A compaction plans on the newest version, rewrites, then commits: a re-create in
+    between is a conflict that names the re-creation (not a missing file), and the new
+    dataset keeps its files."""
+    from kstore.blocks import compact
+
+    create(store_url)
+    kstore.update_dataset(store_url, UUID, frame(range(6, 12)))  # two files per partition
+    real = compact.commit
+    state: dict = {}
+
+    def recreate_first(*args, **kwargs):
+        if not state:
+            state["new"] = recreate(store_url)
+            kstore.update_dataset(store_url, UUID, frame(range(106, 112)))
+            kstore.update_dataset(store_url, UUID, frame(range(112, 118)))
+            state["new"] = kstore.open_dataset(store_url, UUID)
+            state["before"] = keys(store_url)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compact, "commit", recreate_first)
+    with pytest.raises(CommitConflictError, match="created again"):
+        kstore.compact(store_url, UUID, target_file_size=1 << 30)
+    assert_untouched(store_url, state["new"], state["before"])
+
+
 # -- the same dataset: nothing changes ---------------------------------------------------------------
 
 

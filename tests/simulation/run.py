@@ -3,6 +3,7 @@
     python -m tests.simulation.run --store memory --schedules 20000 --start 0
     python -m tests.simulation.run --store local --schedules 2000 --mode create-delete
     python -m tests.simulation.run --mode held-creates --schedules 200 --keep-going
+    python -m tests.simulation.run --mode mixed --schedules 5000 --start 3000000
     python -m tests.simulation.run --clock-skew --pause-rate 0.03 --schedules 100
 
 Exits non-zero on the first violation, printing the seed and the schedule; replay one seed
@@ -34,6 +35,9 @@ MODES = {
     "default": Config(),
     "create-delete": Config(create_concurrently=True, delete_rate=0.2),
     "many-writers": Config(writers=5, ops_per_writer=4, gc_runs=3, reads=5),
+    # each schedule draws which fault kinds of issue #29 it adds (the CI suite's mixed modes)
+    "mixed": Config(mix_fault_kinds=True),
+    "create-delete-mixed": Config(create_concurrently=True, delete_rate=0.2, mix_fault_kinds=True),
     **FAULT_KINDS,
 }
 
