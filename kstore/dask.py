@@ -62,10 +62,11 @@ from kstore.blocks.job import as_columns, delete_files, finish_write, merge_work
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool
+from kstore.core.arguments import AsOf, as_bool, predicates_or_filters
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.predicates import Predicates
 from kstore.core.types import merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.eager import load_metadata, plan_with_stats
@@ -939,8 +940,9 @@ def read_dataset(
     store: StoreLike,
     dataset_uuid: str,
     columns: Sequence[str] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
     dispatch_by: str | Sequence[str] | None = None,
@@ -975,6 +977,9 @@ def read_dataset(
         Columns to read (None: all; ``[]``: none, but every row).
     predicates
         DNF ``[[(col, op, value), ...], ...]``, as in :func:`kstore.read_dataset`.
+    filters
+        The same as ``predicates``, under the name ``dd.read_parquet`` (and pyarrow,
+        deltalake) use for it; give one of the two.
     version, as_of
         Read an older retained version, as in :func:`kstore.read_dataset`.
     dispatch_by
@@ -1010,6 +1015,7 @@ def read_dataset(
     >>> kstore.dask.read_dataset("memory://dask-read-doc", "ds", blocksize="128MiB").npartitions
     1
     """
+    predicates = predicates_or_filters(predicates, filters)
     size = _as_blocksize(blocksize)
     if size is not None and dispatch_by is not None:
         raise InvalidArgumentError("blocksize and dispatch_by cannot be used together: each chooses the partitions")

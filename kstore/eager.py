@@ -30,7 +30,7 @@ from kstore.blocks.planned import check_missing, is_missing_file, replan
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version
+from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version, predicates_or_filters
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
@@ -283,6 +283,7 @@ def plan_read(
     predicates: Predicates = None,
     columns: Sequence[str] | None = None,
     *,
+    filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
     table: str | None = None,
@@ -304,6 +305,8 @@ def plan_read(
         DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`).
     columns
         Columns the read would return (None: all).
+    filters
+        ``predicates`` under pyarrow's, Dask's and deltalake's name, as in :func:`read_dataset`.
     version, as_of
         Plan an older retained version, as in :func:`read_dataset`.
     table
@@ -324,7 +327,8 @@ def plan_read(
     >>> len(plan.tasks), sorted(lab.split("/")[0] for lab in plan.partitions)
     (2, ['p=2', 'p=3'])
     """
-    return plan_with_stats(store, dataset_uuid, predicates, columns, version=version, as_of=as_of, table=table)[0]
+    return plan_with_stats(store, dataset_uuid, predicates_or_filters(predicates, filters), columns, version=version,
+                           as_of=as_of, table=table)[0]
 
 
 def plan_with_stats(
@@ -333,6 +337,7 @@ def plan_with_stats(
     predicates: Predicates = None,
     columns: Sequence[str] | None = None,
     *,
+    filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
     table: str | None = None,
@@ -344,8 +349,9 @@ def plan_with_stats(
 
     Parameters
     ----------
-    store, dataset_uuid, predicates, columns, version, as_of, table
-        As in :func:`plan_read`.
+    store, dataset_uuid, predicates, columns, filters, version, as_of, table
+        As in :func:`plan_read` (``filters`` is ``predicates`` under pyarrow's, Dask's and
+        deltalake's name).
     stats
         Load the statistics even when planning did not need them.
 
@@ -364,7 +370,7 @@ def plan_with_stats(
     (1, 1)
     """
     snap = open_dataset(store, dataset_uuid, version=version, as_of=as_of)
-    return snap.plan_with_stats(columns, predicates, table=table, stats=stats)
+    return snap.plan_with_stats(columns, predicates_or_filters(predicates, filters), table=table, stats=stats)
 
 
 def read_table(
@@ -373,6 +379,7 @@ def read_table(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
     table: str | None = None,
@@ -381,8 +388,9 @@ def read_table(
 
     Parameters
     ----------
-    store, dataset_uuid, columns, predicates, version, as_of, table
-        As in :func:`read_dataset`.
+    store, dataset_uuid, columns, predicates, filters, version, as_of, table
+        As in :func:`read_dataset` (``filters`` is ``predicates`` under pyarrow's, Dask's and
+        deltalake's name).
 
     Returns
     -------
@@ -396,6 +404,7 @@ def read_table(
     >>> kstore.read_table("memory://table-doc", "d", columns=["x"], predicates=[[("x", ">", 5)]]).to_pylist()
     [{'x': 6}]
     """
+    predicates = predicates_or_filters(predicates, filters)
     st = open_store(store)
     return _plan_and_read(st, dataset_uuid, predicates, columns, version, as_of, table,
                           lambda plan, meta: read_plan(st, plan, columns))
@@ -439,6 +448,7 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     as_arrow: Literal[False] = False,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
@@ -455,6 +465,7 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     as_arrow: Literal[True],
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
@@ -471,6 +482,7 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     as_arrow: bool,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
@@ -486,6 +498,7 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     as_arrow: bool = False,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
@@ -506,7 +519,13 @@ def read_dataset(
     predicates
         DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`);
         comparisons never match nulls (use ``is null``). Results are exact: planning prunes
-        files, then rows are filtered.
+        files, then rows are filtered. A flat list of terms ``[(col, op, value), ...]`` is one
+        conjunction (as in pyarrow); ``[]`` is no filter (pyarrow refuses an empty list).
+    filters
+        The same as ``predicates``, under the name pyarrow (``pyarrow.parquet.read_table``,
+        ``pyarrow.dataset``), Dask (``dd.read_parquet``) and deltalake
+        (``DeltaTable.to_pandas``) use; give one of the two
+        (:class:`~kstore.errors.InvalidArgumentError` for both).
     as_arrow
         Return a ``pyarrow.Table`` instead of a pandas DataFrame.
     categoricals
@@ -539,9 +558,13 @@ def read_dataset(
     >>> kstore.read_dataset("memory://read-doc", "d", ["x"], [("p", "==", 2)])
        x
     0  6
+    >>> kstore.read_dataset("memory://read-doc", "d", ["x"], filters=[("p", "==", 2)]).equals(
+    ...     kstore.read_dataset("memory://read-doc", "d", ["x"], predicates=[[("p", "==", 2)]]))
+    True
     >>> kstore.read_dataset("memory://read-doc", "d", as_arrow=True).num_rows
     2
     """
+    predicates = predicates_or_filters(predicates, filters)
     as_arrow = as_bool(as_arrow, "as_arrow")
     dates_as_object = as_bool(dates_as_object, "dates_as_object")
     st = open_store(store)
@@ -559,6 +582,7 @@ def iter_dataset(
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
     *,
+    filters: Predicates = None,
     as_arrow: bool = False,
     categoricals: Sequence[str] | None = None,
     dates_as_object: bool = False,
@@ -569,8 +593,9 @@ def iter_dataset(
 
     Parameters
     ----------
-    store, dataset_uuid, columns, predicates, version, as_of
-        As in :func:`read_dataset`.
+    store, dataset_uuid, columns, predicates, filters, version, as_of
+        As in :func:`read_dataset` (``filters`` is ``predicates`` under pyarrow's, Dask's and
+        deltalake's name).
     as_arrow, categoricals, dates_as_object
         As in :func:`read_dataset`.
 
@@ -587,6 +612,7 @@ def iter_dataset(
     >>> [len(frame) for frame in kstore.iter_dataset("memory://iter-doc", "d")]
     [1, 1]
     """
+    predicates = predicates_or_filters(predicates, filters)
     as_arrow = as_bool(as_arrow, "as_arrow")
     dates_as_object = as_bool(dates_as_object, "dates_as_object")
     st = open_store(store)

@@ -143,8 +143,11 @@ def _summary(store: Store, dataset_uuid: str, version: int) -> Summary | None:
 def _timeline(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: int = 8,
               ) -> Iterator[Record]:
     """Every listed version's record, newest first: from the newest summary where it has one,
-    else from the entry (read in parallel batches that grow). A version with an expired
-    marker is expired; one that vanished meanwhile (a concurrent GC) is left out."""
+    else from the entry (read in parallel batches that grow). The first version of each run
+    of listed versions (its predecessor's entry gone) is always read from its entry: its
+    number may hold another entry than the one the summary saw (a void claim of it, or a
+    tombstone a paused actor put again after GC deleted it; FORMAT.md E.5). A version with
+    an expired marker is expired; one that vanished meanwhile (a concurrent GC) is left out."""
     expired = set(listing.expired)
     known: dict[int, Record] = {}
     cover = [s for s in listing.summaries if listing.versions and s <= listing.versions[-1]]
@@ -153,8 +156,8 @@ def _timeline(store: Store, dataset_uuid: str, listing: load.LogListing, *, batc
     while pending:
         if cover and pending[0] <= cover[-1]:  # read the summary when the first version it covers is due
             summary = _summary(store, dataset_uuid, cover[-1])
-            if summary is not None:
-                known = {r.version: r for r in summary.records if r.version in listed}
+            if summary is not None:  # (the first version of each run is read from its entry: below)
+                known = {r.version: r for r in summary.records if r.version in listed and r.version - 1 in listed}
             cover = []
         unknown: list[int] = []
         take = 0
@@ -227,7 +230,8 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     last deleted. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
     of the log, 1 get of the newest history summary and 1 get per version it does not
     cover (the entries after it: about :data:`~kstore.core.state.CHECKPOINT_INTERVAL`; in
-    parallel), whatever the number of versions.
+    parallel) and of the oldest retained version (FORMAT.md E.5), whatever the number of
+    versions.
     """
     listing = load.list_log(store, dataset_uuid)
     if not listing.versions:
@@ -240,11 +244,10 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     for r in _live(store, dataset_uuid, listing, batch=batch):
         if r.kind == "expired":
             continue  # expired by garbage collection
-        if r.kind == "fence":
-            if not seen_dataset and r.operation == "delete":
-                raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist (it was deleted)")
-            if not seen_dataset:
-                continue  # a garbage collection fence of a dataset that was never created
+        if r.kind == "fence":  # the dataset did not exist at this version
+            if not seen_dataset:  # (a vacuum fence: GC of a deleted dataset, or of one never created)
+                why = "it was deleted" if r.operation == "delete" else f"version {r.version} has no dataset"
+                raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist ({why})")
             return newest_first[::-1]  # a deletion ends the history before it
         seen_dataset = True
         newest_first.append(_row(r))

@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
-from kstore.core.arguments import as_bool, as_columns, as_workers
+from kstore.core.arguments import as_bool, as_columns, as_workers, predicates_or_filters
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
@@ -231,7 +231,7 @@ class Snapshot:
 
     # -- planning --------------------------------------------------------------------------
 
-    def plan(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
+    def plan(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
              table: str | None = None, stats: bool = False) -> ReadPlan:
         """The files that can hold rows matching ``predicates`` (DNF), with store calls counted.
 
@@ -246,6 +246,9 @@ class Snapshot:
             The columns a read would load (default: all); checked against the schema.
         predicates
             DNF ``[[(column, op, value), ...], ...]`` (see :func:`kstore.read_dataset`).
+        filters
+            ``predicates`` under pyarrow's, Dask's and deltalake's name (see
+            :func:`kstore.read_dataset`); give one of the two.
         table
             As for :meth:`schema`.
         stats
@@ -266,16 +269,17 @@ class Snapshot:
         >>> len(plan.tasks), plan.n_partitions
         (2, 3)
         """
-        return self.plan_with_stats(columns, predicates, table=table, stats=stats)[0]
+        return self.plan_with_stats(columns, predicates_or_filters(predicates, filters), table=table, stats=stats)[0]
 
-    def plan_with_stats(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
+    def plan_with_stats(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
                         table: str | None = None, stats: bool = False) -> tuple[ReadPlan, pa.Table | None]:
         """:meth:`plan`, and the per-file statistics when the plan needed them or ``stats=True``.
 
         Parameters
         ----------
-        columns, predicates, table, stats
-            As for :meth:`plan`.
+        columns, predicates, filters, table, stats
+            As for :meth:`plan` (``filters`` is ``predicates`` under pyarrow's, Dask's and
+            deltalake's name).
 
         Returns
         -------
@@ -291,6 +295,7 @@ class Snapshot:
         >>> len(plan.tasks), stats.num_rows
         (1, 1)
         """
+        predicates = predicates_or_filters(predicates, filters)
         stats = as_bool(stats, "stats")
         counting = CountingStore(self.store)
         meta = self.metadata
@@ -321,7 +326,7 @@ class Snapshot:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def read_table(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
+    def read_table(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
                    table: str | None = None) -> pa.Table:
         """The matching rows of this version as an Arrow table (exact: files are pruned by
         the plan, rows filtered by the predicate). A file of this version that garbage
@@ -334,6 +339,9 @@ class Snapshot:
             The columns to load (default: all, partition columns first).
         predicates
             DNF filter (see :func:`kstore.read_dataset`).
+        filters
+            ``predicates`` under pyarrow's, Dask's and deltalake's name (see
+            :func:`kstore.read_dataset`); give one of the two.
         table
             As for :meth:`schema`.
 
@@ -344,7 +352,7 @@ class Snapshot:
         >>> kstore.open_dataset("memory://snap-rt", "d").read_table(["x"], [[("x", ">", 5)]]).to_pydict()
         {'x': [6]}
         """
-        plan = self.plan(columns, predicates, table=table)
+        plan = self.plan(columns, predicates_or_filters(predicates, filters), table=table)
         try:
             return read_plan(self.store, plan, columns)
         except CorruptMetadataError as exc:
@@ -352,15 +360,16 @@ class Snapshot:
                 raise_if_expired(self.store, self.dataset_uuid, self.version, exc)
             raise
 
-    def read(self, columns: Sequence[str] | None = None, predicates: Any = None, *,
+    def read(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
              table: str | None = None, categoricals: Sequence[str] | None = None,
              dates_as_object: bool = False) -> Any:
         """:meth:`read_table` as a pandas DataFrame (the dtypes :func:`kstore.read_dataset` gives).
 
         Parameters
         ----------
-        columns, predicates, table
-            As for :meth:`read_table`.
+        columns, predicates, filters, table
+            As for :meth:`read_table` (``filters`` is ``predicates`` under pyarrow's, Dask's and
+            deltalake's name).
         categoricals
             Columns to return as pandas ``category``.
         dates_as_object
@@ -374,7 +383,7 @@ class Snapshot:
            p  x
         0  2  6
         """
-        plan = self.plan(columns, predicates, table=table)
+        plan = self.plan(columns, predicates_or_filters(predicates, filters), table=table)
         try:
             return read_frame(self.store, plan, columns, planned_rows(self.metadata, plan),
                               categoricals=categoricals, dates_as_object=dates_as_object)
@@ -385,7 +394,8 @@ class Snapshot:
 
     # -- other engines ---------------------------------------------------------------------
 
-    def to_pyarrow_dataset(self, predicates: Any = None, *, table: str | None = None) -> ds.Dataset:
+    def to_pyarrow_dataset(self, predicates: Any = None, *, filters: Any = None,
+                           table: str | None = None) -> ds.Dataset:
         """This version as a ``pyarrow.dataset.Dataset``: exactly its files, nothing else.
 
         Reading a kstore directory with ``pyarrow.dataset.dataset(path)`` (or DuckDB's
@@ -404,6 +414,9 @@ class Snapshot:
             exactly the matching rows. A ``!=`` / ``not in`` on a float column is refused
             (:class:`~kstore.errors.InvalidArgumentError`): Arrow prunes row groups by
             statistics that leave NaN out and would lose NaN rows; use :meth:`read_table`.
+        filters
+            ``predicates`` under pyarrow's, Dask's and deltalake's name (see
+            :func:`kstore.read_dataset`); give one of the two.
         table
             The table of a multi-table (kartothek) dataset; default: the dataset's table.
 
@@ -437,7 +450,7 @@ class Snapshot:
         from kstore.core.predicates import to_expression
         from kstore.core.types import read_schema
 
-        plan = self.plan(predicates=predicates, table=table)
+        plan = self.plan(predicates=predicates_or_filters(predicates, filters), table=table)
         dataset = plan_dataset(self.store, plan)
         if plan.predicates is None:
             return dataset
@@ -449,7 +462,7 @@ class Snapshot:
                 "NaN out, losing NaN rows); read with Snapshot.read_table or filter after scanning")
         return dataset.filter(to_expression(plan.predicates, rschema))
 
-    def to_duckdb(self, table_name: str, connection: Any = None, *, predicates: Any = None,
+    def to_duckdb(self, table_name: str, connection: Any = None, *, predicates: Any = None, filters: Any = None,
                   table: str | None = None) -> Any:
         """Register this version (:meth:`to_pyarrow_dataset`) as ``table_name`` on a DuckDB
         connection (a new in-memory one by default) and return the connection.
@@ -464,8 +477,9 @@ class Snapshot:
             The name SQL refers to.
         connection
             A ``duckdb.DuckDBPyConnection``; default: ``duckdb.connect()``.
-        predicates, table
-            As for :meth:`to_pyarrow_dataset`.
+        predicates, filters, table
+            As for :meth:`to_pyarrow_dataset` (``filters`` is ``predicates`` under pyarrow's,
+            Dask's and deltalake's name).
 
         Examples
         --------
@@ -479,10 +493,10 @@ class Snapshot:
         import duckdb
 
         con = duckdb.connect() if connection is None else connection
-        con.register(table_name, self.to_pyarrow_dataset(predicates, table=table))
+        con.register(table_name, self.to_pyarrow_dataset(predicates_or_filters(predicates, filters), table=table))
         return con
 
-    def to_polars(self, predicates: Any = None, *, table: str | None = None) -> Any:
+    def to_polars(self, predicates: Any = None, *, filters: Any = None, table: str | None = None) -> Any:
         """This version as a Polars ``LazyFrame`` over :meth:`to_pyarrow_dataset`.
 
         Polars evaluates its own filters after the scan (``allow_pyarrow_filter=False``):
@@ -492,8 +506,9 @@ class Snapshot:
 
         Parameters
         ----------
-        predicates, table
-            As for :meth:`to_pyarrow_dataset`.
+        predicates, filters, table
+            As for :meth:`to_pyarrow_dataset` (``filters`` is ``predicates`` under pyarrow's,
+            Dask's and deltalake's name).
 
         Examples
         --------
@@ -506,7 +521,8 @@ class Snapshot:
         """
         import polars as pl
 
-        return pl.scan_pyarrow_dataset(self.to_pyarrow_dataset(predicates, table=table), allow_pyarrow_filter=False)
+        return pl.scan_pyarrow_dataset(self.to_pyarrow_dataset(predicates_or_filters(predicates, filters), table=table),
+                                       allow_pyarrow_filter=False)
 
     # -- typed operations: each is one commit built on this version -------------------------
 

@@ -6,6 +6,7 @@ Examples (shell)::
     kstore ls ./store
     kstore info ./store sales --json
     kstore plan ./store sales --where "location == 7" --where "day >= 2024-01-20"
+    kstore plan ./store sales --where "location==7 and qty > 3 or name in ('a', 'b')"
     kstore read ./store sales --where "location in [7, 8]" --or --where "qty > 40" --columns day,location --limit 5
     kstore history ./store sales
     kstore stats ./store sales --files
@@ -15,13 +16,17 @@ Examples (shell)::
     kstore copy ./store sales --to s3://bucket/prefix --as sales_backup
     kstore build-indices ./store sales product
 
-``--where`` terms are ANDed; ``--or`` starts a new conjunction. Values are Python
-literals (``7``, ``'x'``, ``[1, 2]``, ``None``) or bare text (dates and timestamps as ISO text
-are converted to the column type by the planner). Every read-only command takes ``--json``.
+A ``--where`` is ``column op value`` terms joined by ``and`` / ``or`` (``and`` binds tighter;
+operators need no spaces: ``x==7``); several ``--where`` are ANDed and ``--or`` starts a new
+conjunction. Values are quoted strings, numbers, lists (``[1, 2]``, ``(1, 2)``), Python
+literals (``None``) or bare text (dates and timestamps as ISO text are converted to the
+column type by the planner). Every read-only command takes ``--json``. In the output a
+*partition* is one value of the partition keys (``day=2024-01-02``); it holds *files*.
 
-Exit codes: 0 success; 1 an error kstore reports (a missing dataset or store, a bad
-predicate, a refused destructive command ...: the message is on stderr, no traceback);
-2 a usage error (unknown option, bad value). ``delete`` and ``gc`` ask before deleting on a
+Exit codes: 0 success; 1 an error kstore reports (a missing dataset or store, a predicate on
+a missing column or with a value of the wrong type, a refused destructive command ...: the
+message is on stderr, no traceback); 2 a usage error (unknown option, bad value, a
+``--where`` that cannot be parsed). ``delete`` and ``gc`` ask before deleting on a
 terminal and refuse without ``--yes`` elsewhere; ``--dry-run`` only reports.
 
 >>> from click.testing import CliRunner
@@ -40,7 +45,7 @@ import click
 
 from kstore._version import __version__
 from kstore.cli import maintain, readonly
-from kstore.cli._common import UserError, parse_where
+from kstore.cli._common import UserError, parse_where, settled_help_option
 from kstore.errors import KstoreError
 
 __all__ = ["cli", "main", "parse_where"]
@@ -55,9 +60,13 @@ class _Group(click.Group):
         except KstoreError as exc:
             raise UserError(str(exc)) from exc
 
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        return settled_help_option(super().get_help_option(ctx))
+
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", "-V", prog_name="kstore", message="%(prog)s %(version)s")
+@click.version_option(__version__, "--version", "-V", prog_name="kstore", message="%(prog)s %(version)s",
+                      default=False)
 @click.option("-v", "--verbose", count=True, help="Log what kstore does (-vv: debug) on stderr.")
 def cli(verbose: int) -> None:
     """Inspect, query and maintain kstore (and kartothek/plateau) datasets.

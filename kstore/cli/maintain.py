@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 import click
 
 from kstore.cli._common import (
+    Command,
     UserError,
+    Where,
     WhereCommand,
     confirm_or_refuse,
     emit_json,
     log,
-    parse_where,
     progress,
     where_options,
 )
@@ -59,16 +60,16 @@ class MiB(click.ParamType):  # type: ignore[type-arg]  # generic only in newer c
         return mib
 
 
-@click.command("gc")
+@click.command("gc", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
 @click.option("--retention-days", type=RetentionDays(), default="7", show_default=True,
               help="Keep versions younger than this many days (>= 0, fractions allowed).")
-@click.option("--dry-run", is_flag=True, help="Only say what would be deleted and expired.")
-@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when not interactive).")
-@click.option("--allow-short-retention", is_flag=True,
+@click.option("--dry-run", is_flag=True, default=False, help="Only say what would be deleted and expired.")
+@click.option("--yes", "-y", is_flag=True, default=False, help="Delete without asking (needed when not interactive).")
+@click.option("--allow-short-retention", is_flag=True, default=False,
               help="Allow a retention below 7 days (can fail long-running writes and reads).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the result as JSON.")
 def gc(store: str, dataset: str, retention_days: timedelta, dry_run: bool, yes: bool, allow_short_retention: bool,
        as_json: bool) -> None:
     """Garbage-collect DATASET: expire old versions, delete files nothing retained uses."""
@@ -116,11 +117,11 @@ def _dataset_keys(store: object, dataset: str) -> list[str]:
     return sorted(keys)
 
 
-@click.command("delete")
+@click.command("delete", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
-@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed when not interactive).")
+@click.option("--dry-run", is_flag=True, default=False, help="Only list what would be deleted.")
+@click.option("--yes", "-y", is_flag=True, default=False, help="Delete without asking (needed when not interactive).")
 def delete(store: str, dataset: str, dry_run: bool, yes: bool) -> None:
     """Delete DATASET: data, indices, statistics and metadata (a small log entry stays)."""
     import kstore
@@ -142,7 +143,7 @@ def delete(store: str, dataset: str, dry_run: bool, yes: bool) -> None:
     click.echo(f"deleted {n} keys")
 
 
-@click.command("copy")
+@click.command("copy", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
 @click.option("--to", "target", default=None, metavar="STORE", help="Target store (default: the same store).")
@@ -172,18 +173,20 @@ def copy(store: str, dataset: str, target: str | None, new_name: str | None) -> 
               help="Target size of the merged files, in MiB.")
 @click.option("--min-files", type=click.IntRange(min=2), default=2, show_default=True,
               help="Leave partitions with fewer small files than this alone.")
-@click.option("--sort-by", "sort_by", multiple=True, metavar="COLUMN", help="Sort rows in the new files (clustering).")
-@click.option("--dry-run", is_flag=True, help="Only show which files would be merged.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan or result as JSON.")
+@click.option("--sort-by", "sort_by", multiple=True, default=None, metavar="COLUMN",
+              help="Sort rows in the new files (clustering).")
+@click.option("--dry-run", is_flag=True, default=False, help="Only show which files would be merged.")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the plan or result as JSON.")
 @where_options
 def compact(store: str, dataset: str, target_mb: float, min_files: int, sort_by: tuple[str, ...], dry_run: bool,
-            as_json: bool, where: tuple[str, ...], or_: bool) -> None:
+            as_json: bool, where: Where, or_: bool) -> None:
     """Merge the small files of each partition of DATASET into files of up to --target-mb,
     in one commit (concurrent appends are kept; replaced files stay until gc). --where
     limits it to the files a predicate plans (e.g. --where 'day >= 2024-01-01')."""
     import kstore
 
-    predicates = parse_where(where)
+    predicates = where
+
     def run(dry: bool, advance: Callable[[], None] | None = None) -> CompactionPlan:
         return kstore.compact(store, dataset, target_file_size=int(target_mb * 2**20), min_files=min_files,
                               predicates=predicates, sort_by=list(sort_by) or None, dry_run=dry,
@@ -208,7 +211,7 @@ def compact(store: str, dataset: str, target_mb: float, min_files: int, sort_by:
                + ("" if dry_run else f": version {plan.committed}"))
 
 
-@click.command("build-indices")
+@click.command("build-indices", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
 @click.argument("columns", nargs=-1, required=True)
@@ -220,7 +223,7 @@ def build_indices(store: str, dataset: str, columns: tuple[str, ...]) -> None:
     click.echo(f"version {meta.version}: indices {sorted(meta.indices)}")
 
 
-@click.command("upgrade")
+@click.command("upgrade", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
 def upgrade(store: str, dataset: str) -> None:

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from kstore.errors import InvalidArgumentError, short_repr
+
+if TYPE_CHECKING:
+    from kstore.core.predicates import Predicates
 
 #: The ``as_of`` argument (time travel): a ``datetime`` (``pandas.Timestamp`` too; naive = UTC),
 #: ISO 8601 text, or None for the newest version.
 AsOf: TypeAlias = dt.datetime | str | None
 
 __all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
-           "as_attempts", "as_workers", "as_count", "check_text"]
+           "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
@@ -195,6 +198,34 @@ def as_timestamp(value: Any, what: str = "as_of") -> dt.datetime:
     if not isinstance(value, dt.datetime) or value != value:  # NaT is a datetime that is not equal to itself
         raise _bad(what, "a datetime or an ISO 8601 timestamp", value)
     return value
+
+
+def predicates_or_filters(predicates: Predicates, filters: Predicates) -> Predicates:
+    """The read filter from ``predicates=`` or ``filters=``, the same argument under the name
+    pyarrow (``pyarrow.parquet.read_table``, ``pyarrow.dataset``), Dask (``dd.read_parquet``)
+    and deltalake (``DeltaTable.to_pandas``) give it. Every reader that takes ``predicates``
+    takes ``filters`` too and resolves the two here.
+
+    A value is given when it is not None (``[]``, no filter, counts as given); giving both
+    is an :class:`~kstore.errors.InvalidArgumentError` naming both. The value is returned
+    unchanged: :func:`kstore.core.predicates.parse` checks its shape later.
+
+    >>> predicates_or_filters(None, [("x", ">", 1)])
+    [('x', '>', 1)]
+    >>> predicates_or_filters([[("x", ">", 1)]], None)
+    [[('x', '>', 1)]]
+    >>> predicates_or_filters([[("x", ">", 1)]], [[("x", ">", 2)]])
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: predicates= and filters= were both given; they are the same argument (filters is pyarrow's, Dask's and deltalake's name for predicates): pass one of them
+    """
+    if filters is None:
+        return predicates
+    if predicates is not None:
+        raise InvalidArgumentError(
+            "predicates= and filters= were both given; they are the same argument (filters is pyarrow's, Dask's "
+            "and deltalake's name for predicates): pass one of them")
+    return filters
 
 
 def as_delete_scope(value: Any, dataset: str) -> tuple[Mapping[str, Any], ...] | None:

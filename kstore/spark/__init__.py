@@ -32,9 +32,10 @@ warnings.filterwarnings("ignore", message=r"PySpark does not yet fully support p
 
 from collections.abc import Sequence  # noqa: E402
 from datetime import datetime  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-from kstore.core.arguments import as_bool  # noqa: E402
+from kstore.core.arguments import as_bool, predicates_or_filters  # noqa: E402
+from kstore.core.predicates import Predicates  # noqa: E402
 from kstore.io.store import StoreLike  # noqa: E402
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
@@ -160,7 +161,8 @@ def read_dataset(
     dataset_uuid: str,
     *,
     columns: Sequence[str] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
+    filters: Predicates = None,
     version: int | None = None,
     as_of: datetime | None = None,
     partition_bytes: int | None = None,
@@ -184,6 +186,10 @@ def read_dataset(
         Columns to read (None: all; ``[]``: rows without columns).
     predicates
         DNF ``[[(col, op, value), ...], ...]``, as in :func:`kstore.read_dataset`.
+    filters
+        The same as ``predicates``, under the name pyarrow, Dask (``dd.read_parquet``) and
+        deltalake use for it; give one of the two. (Spark's own ``.filter`` is another
+        thing: a filter on the DataFrame, evaluated by Spark.)
     version, as_of
         Read a retained older version (a number, or the version current at a
         ``datetime``).
@@ -204,6 +210,7 @@ def read_dataset(
         df = ks.read_dataset(spark, "/data/store", "sales", predicates=[[("location", "==", 7)]])
         df.filter("day >= DATE'2024-01-20'").count()
     """
+    predicates = predicates_or_filters(predicates, filters)
     register(spark)
     reader = spark.read.format("kstore").option("dataset_uuid", dataset_uuid)
     if columns:

@@ -42,7 +42,8 @@ def test_ls_and_info(store):
     assert json.loads(invoke("ls", store, "--json").output) == ["sales"]
     # deliberately changed: humans get tables, scripts ask for --json
     info = json.loads(invoke("info", store, "sales", "--json").output)
-    assert info["partitions"] == 3 and info["secondary_indices"] == ["loc"] and info["partition_keys"] == ["day"]
+    assert info["files"] == 3 and info["partitions"] == 3  # deliberately changed (#30): files and partitions apart
+    assert info["secondary_indices"] == ["loc"] and info["partition_keys"] == ["day"]
     assert ["loc", "int64"] in info["schema"]
     human = invoke("info", store, "sales").output
     assert "partition_keys" in human and "loc" in human and "int64" in human
@@ -51,10 +52,12 @@ def test_ls_and_info(store):
 def test_plan_prunes_with_index(store):
     code, out = run("plan", store, "sales", "--where", "loc == 7")
     assert code == 0
-    assert "3 partitions -> 2 planned" in out
+    assert "3 files -> 2 planned (in 2 partitions)" in out  # deliberately changed (#30): the counts are files
+    assert "secondary index loc: 3 -> 2 files" in out
     assert out.count(".parquet") == 2
     plan = json.loads(invoke("plan", store, "sales", "--where", "loc == 7", "--json").output)
-    assert plan["partitions"] == 3 and plan["planned"] == 2 and len(plan["files"]) == 2
+    assert plan["total_files"] == 3 and plan["planned"] == 2 and len(plan["files"]) == 2
+    assert plan["planned_partitions"] == 2
 
 
 def test_read_with_or_and_csv(store):
@@ -171,7 +174,7 @@ def test_stats_and_diff(store):
     assert len(d["added"]) == 1 and d["added"][0].startswith("day=d/") and d["rows_added"] == 2
     assert len(d["removed"]) == 1 and d["removed"][0].startswith("day=a/") and d["rows_removed"] == 2
     human = invoke("diff", store, "sales", "0", "2").output
-    assert "+1 partitions (2 rows), -1 partitions (2 rows)" in human
+    assert "+1 file (2 rows), -1 file (2 rows)" in human  # deliberately changed (#30): they are files
     res = CliRunner().invoke(cli, ["diff", store, "sales", "0", "9"])
     assert res.exit_code == 1 and "9" in res.output
 
@@ -207,9 +210,10 @@ def test_history_of_a_plateau_dataset_says_there_is_none(tmp_path):
                                 dataset_uuid="legacy", dfs=[df], partition_on=["p"])
     res = invoke("history", str(tmp_path), "legacy")
     assert res.exit_code == 0
-    assert "no version history" in res.output and "kartothek/plateau" in res.output and "2 partitions" in res.output
+    assert "no version history" in res.output and "kartothek/plateau" in res.output
+    assert "2 files in 2 partitions" in res.output  # deliberately changed (#30): files and partitions apart
     data = json.loads(invoke("history", str(tmp_path), "legacy", "--json").output)
-    assert data == {"dataset": "legacy", "versioned": False, "partitions": 2, "versions": []}
+    assert data == {"dataset": "legacy", "versioned": False, "files": 2, "partitions": 2, "versions": []}
 
 
 def test_parse_where_literals():
@@ -331,7 +335,8 @@ def test_compact_dry_run_then_merge(tmp_path):
     res = invoke("compact", url, "c", "--where", "p == 1")
     assert "nothing to compact" in res.output
     bad = CliRunner().invoke(cli, ["compact", url, "c", "--where", "p"])
-    assert bad.exit_code == 1 and "column op value" in bad.output
+    # deliberately changed (#30): a --where that cannot be parsed is a usage error (2), no longer 1
+    assert bad.exit_code == 2 and "column op value" in bad.output and "--where" in bad.output
 
 
 def test_a_real_terminal_gets_progress_bars_and_a_pipe_does_not(tmp_path):

@@ -346,15 +346,21 @@ def test_a_reader_never_replays_a_chain_through_a_void_claim(url):
         kstore.read_dataset(url, UUID)
 
 
-def test_history_and_time_travel_never_show_a_linked_void_claim(url):
-    """Before GC or its writer retracts it, a void claim (its successor names another
-    parent) is no version: history() leaves it out, and time travel to its number is
-    VersionNotFoundError, though its entry reads and its checkpoint-free chain looks whole."""
+def three_versions_checkpointed_at_2(url):
+    """Versions 0-2 and a checkpoint of 2, as GC writes before it deletes the entries below."""
     kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
     kstore.update_dataset(url, UUID, frame(["b"], [1]))
     kstore.update_dataset(url, UUID, frame(["c"], [2]))
     st = kstore.open_store(url)
     write_checkpoint(st, load.load_version(st, UUID, 2))
+    return st
+
+
+def test_history_and_time_travel_never_show_a_linked_void_claim(url):
+    """Before GC or its writer retracts it, a void claim (its successor names another
+    parent) is no version: history() leaves it out, and time travel to its number is
+    VersionNotFoundError, though its entry reads and its checkpoint-free chain looks whole."""
+    st = three_versions_checkpointed_at_2(url)
     real = load.load_entry(st, UUID, 1)
     st.put(naming.log_key(UUID, 1), serialize.dumps(replace(real, commit_id="f" * 32).to_dict(), "json"))
     assert [h.version for h in kstore.history(url, UUID)] == [0, 2]
@@ -402,3 +408,36 @@ def test_history_trusts_no_summary_record_of_an_entry_put_again_as_a_tombstone(u
     st.put(naming.log_key(UUID, 0), serialize.dumps(entry.tombstone().to_dict(), "json"))
     assert [h.version for h in kstore.history(url, UUID)] == [1]
     assert ids(url) == [0, 1]
+
+
+def test_history_trusts_no_summary_record_of_an_isolated_tombstone_with_a_checkpoint(url):
+    """As above, but the tombstone put lands while the version's checkpoint is still there
+    (delete_dataset paused before deleting it) and the entries on both sides are gone: one
+    get of the entry shows it is no version (seed 3100232 of the mixed simulation)."""
+    st = three_versions_checkpointed_at_2(url)
+    entry = load.load_entry(st, UUID, 0)
+    for v in (0, 1):
+        st.delete(naming.log_key(UUID, v))
+    st.put(naming.log_key(UUID, 0), serialize.dumps(entry.tombstone().to_dict(), "json"))
+    assert 0 in load.list_log(st, UUID).checkpoints and 0 in load.list_log(st, UUID).summaries
+    assert [h.version for h in kstore.history(url, UUID)] == [2]
+    assert ids(url) == [0, 1, 2]
+
+
+def test_history_of_a_deleted_dataset_whose_delete_entry_gc_removed(url):
+    """delete_dataset committed its fence but died before removing entry 0; a later GC of the
+    deleted dataset committed a vacuum fence and (the delete entry being old) deleted the
+    delete entry. The newest record is a fence: the dataset does not exist, and history()
+    must not show the old incarnation's version 0 (seed 3102141 of the mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    st = kstore.open_store(url)
+    entry0 = st.get(naming.log_key(UUID, 0))
+    kstore.delete_dataset(url, UUID)  # fence: version 1
+    st.put(naming.log_key(UUID, 0), entry0)  # as if the deletion had died before removing it
+    fence = load.load_entry(st, UUID, 1)
+    vacuum = replace(fence, version=2, operation="vacuum", parent=1)
+    st.put(naming.log_key(UUID, 2), serialize.dumps(vacuum.to_dict(), "json"))
+    st.delete(naming.log_key(UUID, 1))
+    assert load.list_log(st, UUID).versions == (0, 2)
+    with pytest.raises(kstore.errors.DatasetNotFoundError, match="does not exist"):
+        kstore.history(url, UUID)

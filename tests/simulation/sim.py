@@ -830,8 +830,9 @@ class Observer:
                 continue
             present.add(v)
             raw_entry = serialize.loads(self.raw.get(key), "json")
-            if raw_entry.get("operation") == "delete" and not raw_entry.get("expired"):
-                deletes.append(v)
+            if (raw_entry.get("operation") in ("delete", "vacuum") and not raw_entry.get("expired")
+                    and raw_entry.get("metadata") is None and raw_entry.get("actions") is None):
+                deletes.append(v)  # a deletion, or a GC of a dataset that did not exist: history ends there
             cid = raw_entry.get("commit_id")
             if v in self.commit_ids and self.commit_ids[v] != cid and self._void_claim(v, cid, raw_entry):
                 continue  # a void claim of a number used before: never a version (FORMAT.md C)
