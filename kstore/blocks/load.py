@@ -397,6 +397,10 @@ def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damage
             previous = listing
             continue
         return replace(got, damaged=tuple(sorted(damaged)))
+    try:  # no chain around them: a damaged checkpoint may have been written again meanwhile
+        return _resolve(store, dataset_uuid, target, list_log(store, dataset_uuid), ())  # (GC rewrites those it needs)
+    except (_Damaged, _Moved, _NoBase):
+        pass
     versions = sorted(damaged)
     raise CorruptMetadataError(
         f"dataset {dataset_uuid!r}: version {target} cannot be read: its checkpoint{'s' if len(versions) > 1 else ''} "

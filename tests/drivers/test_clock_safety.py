@@ -441,3 +441,50 @@ def test_history_of_a_deleted_dataset_whose_delete_entry_gc_removed(url):
     assert load.list_log(st, UUID).versions == (0, 2)
     with pytest.raises(kstore.errors.DatasetNotFoundError, match="does not exist"):
         kstore.history(url, UUID)
+
+
+class OnceDamaged(HookStore):
+    """Returns ``key`` damaged once (as a store does between a damaged put and the put that
+    repairs it: GC rewrites the checkpoints it needs)."""
+
+    def __init__(self, inner, key: str) -> None:
+        super().__init__(inner)
+        self.key, self.served = key, False
+
+    def get(self, key):
+        data = super().get(key)
+        if key == self.key and not self.served:
+            self.served = True
+            return data[: len(data) // 3]
+        return data
+
+
+def test_a_checkpoint_repaired_while_a_reader_read_around_it_is_used(url):
+    """The reader got the checkpoint damaged and found no entries below it to read around
+    it; the checkpoint was written again meanwhile: the read succeeds instead of raising
+    CorruptMetadataError on an intact dataset (seed 3200675 of the mixed simulation)."""
+    st = three_versions_checkpointed_at_2(url)
+    for v in (0, 1):
+        st.delete(naming.log_key(UUID, v))
+    flaky = OnceDamaged(url, naming.checkpoint_key(UUID, 2))
+    assert sorted(kstore.read_dataset(flaky, UUID, columns=["id"])["id"]) == [0, 1, 2]
+    assert flaky.served
+
+
+def test_gc_retains_no_version_before_a_deletion(url):
+    """delete_dataset committed its fence, deleted entry 0 and paused before it removed
+    entry 1 (young: kept as a full entry until then). A GC meanwhile must not treat version 1
+    as retained (it would try to rebuild it and fail: its base is gone) but expire it: the
+    dataset was deleted (seed 3202134 of the mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    st = kstore.open_store(url)
+    entry1 = st.get(naming.log_key(UUID, 1))
+    kstore.delete_dataset(url, UUID)  # fence: version 2
+    st.put(naming.log_key(UUID, 1), entry1)  # as the paused deletion left it
+    for c in load.list_log(st, UUID).checkpoints:
+        st.delete(naming.checkpoint_key(UUID, c))
+    gc = kstore.garbage_collect(url, UUID)  # the default retention: version 1 is young
+    assert 1 in gc.expired_versions and 1 not in gc.retained_versions
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)

@@ -253,7 +253,7 @@ def test_reading_a_name_too_long_for_a_key_is_a_clear_error(store_url):
 # -- predicates that crashed the interpreter or overflowed the stack ---------------------------
 
 _CRASH_SCRIPT = """
-import sys, pandas as pd, kstore
+import sys, pandas as pd, kstore, kstore.core.predicates
 from kstore.errors import KstoreError
 url, shape = sys.argv[1], sys.argv[2]
 n = kstore.core.predicates.MAX_PREDICATE_TERMS
