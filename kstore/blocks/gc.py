@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from kstore.blocks import load
 from kstore.blocks.commit import commit, republish_newest, write_checkpoint
 from kstore.core import naming, runtime, serialize
-from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry, names_another_parent
+from kstore.core.log import LOG_MIN_AGE, LogEntry, names_another_parent
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -165,19 +165,14 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
 
     linked, orphaned = _void_claims(entries, listing.checkpoints)
     void = linked | {v for v in orphaned if not _readable(store, uuid, v)}  # never retained, whatever their stamps say
-    # a deletion (or GC's fence on a dataset that did not exist) ends the versions before it:
-    # none of them is retained, whatever its stamp (delete_dataset removed their files)
-    floor = max((v for v, e in entries.items() if e is not None and not e.expired and not e.has_dataset
-                 and e.operation in FENCE_OPERATIONS), default=-1)
-    before = [v for v in present if v not in void and v >= floor and (stamp(v) or now) < cutoff]
+    before = [v for v in present if v not in void and (stamp(v) or now) < cutoff]
     boundary = max(before) if before else None
     main_version = main.version if main is not None else None
     retained, expired, drop = [], [], []
     log_cutoff = now - LOG_MIN_AGE
     for v in present:
         e = entries[v]
-        keep = v not in void and v >= floor and (v == newest or v == boundary or v == main_version
-                                                 or (stamp(v) or now) >= cutoff)
+        keep = v not in void and (v == newest or v == boundary or v == main_version or (stamp(v) or now) >= cutoff)
         if keep and e is None:
             raise CorruptMetadataError(
                 f"dataset {uuid!r}: the log entry of version {v} is damaged and the version is retained; "
