@@ -469,3 +469,55 @@ def test_a_checkpoint_repaired_while_a_reader_read_around_it_is_used(url):
     flaky = OnceDamaged(url, naming.checkpoint_key(UUID, 2))
     assert sorted(kstore.read_dataset(flaky, UUID, columns=["id"])["id"]) == [0, 1, 2]
     assert flaky.served
+
+
+def test_gc_retains_no_version_before_a_deletion(url):
+    """delete_dataset committed its fence, deleted entry 0 and paused before it removed
+    entry 1 (young: kept as a full entry until then). A GC meanwhile must not treat version 1
+    as retained (it would try to rebuild it and fail: its base is gone) but expire it: the
+    dataset was deleted (seed 3202134 of the mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    st = kstore.open_store(url)
+    entry1 = st.get(naming.log_key(UUID, 1))
+    kstore.delete_dataset(url, UUID)  # fence: version 2
+    st.put(naming.log_key(UUID, 1), entry1)  # as the paused deletion left it
+    for c in load.list_log(st, UUID).checkpoints:
+        st.delete(naming.checkpoint_key(UUID, c))
+    gc = kstore.garbage_collect(url, UUID)  # the default retention: version 1 is young
+    assert 1 in gc.expired_versions and 1 not in gc.retained_versions
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)
+
+
+class _Died(BaseException):
+    """A process killed mid-call (not an Exception: nothing in kstore handles it)."""
+
+
+def test_one_gc_removes_every_file_of_a_deletion_that_died_after_its_fence(url):
+    """delete_dataset claimed its fence and died before it published the empty main file or
+    deleted a file: the stale main file still names every file. One GC past the retention
+    repairs the main file first, so nothing is left for a second run (seed 3000094 of the
+    mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a", "b"], [0, 1]), partition_on="p")
+    claimed = []
+
+    def after(method, key, result):
+        if method == "put_if_absent" and key.startswith(naming.log_prefix(UUID)):
+            claimed.append(key)
+            raise _Died()
+
+    with pytest.raises(_Died):
+        kstore.delete_dataset(HookStore(url, after=after), UUID)
+    assert claimed == [naming.log_key(UUID, 1)]
+    st = kstore.open_store(url)
+    assert load.load_main(st, UUID)[0] is not None  # the stale main file
+    later = runtime.FixedRuntime(runtime.SystemRuntime().time() + timedelta(days=30).total_seconds(), seed=7)
+    with runtime.installed(later):
+        kstore.garbage_collect(url, UUID)
+    left = [k for k in st.iter_prefix(naming.dataset_prefix(UUID))
+            if not k.startswith(naming.log_prefix(UUID)) and not k.endswith(naming.COMMON_METADATA)]
+    assert left == []  # (GC keeps log entries and _common_metadata, FORMAT.md)
+    assert load.load_main(st, UUID)[0] is None
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)
