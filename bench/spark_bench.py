@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         shuffles = ["none", "repartition", "sort"] if args.all_shuffles else [args.shuffle]
 
         def k_write(shuffle: str) -> Any:
-            return ks.store_dataset(df, kdir, "sales", partition_on=["day"], secondary_indices=["location"],
+            return ks.store_dataset(kdir, "sales", df, partition_on=["day"], secondary_indices=["location"],
                                     shuffle=shuffle)
 
         def spark_write() -> None:
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # -- R2 (alternating rounds) ------------------------------------------------------
         def k_read() -> int:
-            rows = ks.read_dataset(spark, kdir, "sales").filter(F.col("location") == Q_LOCATION).collect()
+            rows = ks.read_dataset(kdir, "sales", spark=spark).filter(F.col("location") == Q_LOCATION).collect()
             return len(rows)
 
         def p_read() -> int:
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.makedirs(kb)
 
             def kb_write() -> Any:
-                return ks.store_dataset(bdf, kb, "sales", partition_on=["bucket"],
+                return ks.store_dataset(kb, "sales", bdf, partition_on=["bucket"],
                                         secondary_indices=["location", "product"], shuffle="repartition")
 
             def pb_write() -> None:
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                      else 'repartition("bucket").write.partitionBy("bucket")')
 
             def k5() -> int:
-                return len(ks.read_dataset(spark, kb, "sales").filter(F.col("location") == Q_LOCATION).collect())
+                return len(ks.read_dataset(kb, "sales", spark=spark).filter(F.col("location") == Q_LOCATION).collect())
 
             def p5() -> int:
                 return len(spark.read.parquet(pb).filter(F.col("location") == Q_LOCATION).collect())

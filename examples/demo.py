@@ -44,7 +44,7 @@ def main() -> None:
           f"(version {meta.version}) in {time.perf_counter() - t0:.2f}s -> {args.store}/")
 
     predicates = [[("location", "==", 7), ("day", ">=", dt.date(2024, 1, 20))]]
-    plan = kstore.plan_read(args.store, "sales", predicates)
+    plan = kstore.plan_read(args.store, "sales", predicates=predicates)
     print("\nquery: location == 7 and day >= 2024-01-20")
     print(plan.explain())
     print("files the plan kept:")

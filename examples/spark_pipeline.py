@@ -82,14 +82,14 @@ def main() -> None:
         # 1. write
         df = sales(spark, args.rows)
         t0 = time.perf_counter()
-        meta = ks.store_dataset(df, store, "sales", partition_on=["day"], secondary_indices=["location"],
+        meta = ks.store_dataset(store, "sales", df, partition_on=["day"], secondary_indices=["location"],
                                 shuffle="repartition")
         print(f"\n[write] {args.rows:,} rows -> {len(meta.partitions)} files of dataset 'sales' "
               f"(version {meta.version}, one commit) in {time.perf_counter() - t0:.1f}s -> {store}/")
 
         # 2. plan and read location == 7
         predicates = [[("location", "==", 7)]]
-        plan = kstore.plan_read(store, "sales", predicates)
+        plan = kstore.plan_read(store, "sales", predicates=predicates)
         print("\n[plan] location == 7")
         print(plan.explain())
         print(f"  files kept: {len(plan.tasks)}, pruned: {plan.n_partitions - len(plan.tasks)}")
@@ -99,7 +99,7 @@ def main() -> None:
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
-        sdf = ks.read_dataset(spark, store, "sales", predicates=predicates)
+        sdf = ks.read_dataset(store, "sales", predicates=predicates, spark=spark)
         agg = sdf.agg(F.count("*").alias("rows"), F.sum("qty").alias("qty")).collect()[0]
         print(f"\n[spark] predicates planned by kstore: {agg.rows} rows, sum(qty) = {agg.qty} "
               f"in {time.perf_counter() - t0:.2f}s")
@@ -115,8 +115,8 @@ def main() -> None:
         more = sales(spark, 10_000, first_day="2024-02-15", days=1)
         (more.write.format("kstore").option("dataset_uuid", "sales").mode("append").save(store))
         now = kstore.load_metadata(store, "sales")
-        before = ks.read_dataset(spark, store, "sales", version=0).count()
-        after = ks.read_dataset(spark, store, "sales").count()
+        before = ks.read_dataset(store, "sales", version=0, spark=spark).count()
+        after = ks.read_dataset(store, "sales", spark=spark).count()
         print(f"\n[append] df.write.format('kstore'): version {now.version}, {len(now.partitions)} files; "
               f"rows at version 0: {before:,}, now: {after:,}")
         assert before == args.rows and after == args.rows + 10_000

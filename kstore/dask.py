@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import time
 import uuid as _uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -58,11 +57,11 @@ from kstore.blocks.compact import (
     task_file_id,
     worker_plan,
 )
-from kstore.blocks.job import as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
+from kstore.blocks.job import WriteMode, as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool, predicates_or_filters
+from kstore.core.arguments import AsOf, as_bool, predicates_or_filters, store_uuid_data
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
@@ -78,8 +77,6 @@ from kstore.errors import (
 from kstore.io.store import Store, StoreLike, delete_many, open_store, store_factory
 
 __all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
-
-WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
 
 #: Temporary column holding the bucket number while a bucketed write shuffles (never stored).
 BUCKET_COLUMN = "__kstore_bucket__"
@@ -390,35 +387,12 @@ def _write(
     return finish_write(job, files, schema)
 
 
-def _arguments(function: str, store: Any, dataset_uuid: Any, ddf: Any) -> tuple[StoreLike, str, dd.DataFrame]:
-    """``(store, dataset_uuid, ddf)``, also from the old order ``(ddf, store, dataset_uuid)``
-    (with a :class:`FutureWarning`); a wrong type in any position is an
-    :class:`~kstore.errors.InvalidArgumentError` that names the position."""
-    if isinstance(store, dd.DataFrame):
-        warnings.warn(
-            f"kstore.dask.{function}(ddf, store, dataset_uuid) is deprecated; pass "
-            f"(store, dataset_uuid, ddf) like kstore.{function}",
-            FutureWarning,
-            stacklevel=3,
-        )
-        store, dataset_uuid, ddf = dataset_uuid, ddf, store
-    if isinstance(store, (dd.DataFrame, pd.DataFrame)) or store is None:
-        raise InvalidArgumentError(
-            f"kstore.dask.{function}: the first argument is the store (a URL or a Store), got "
-            f"{type(store).__name__}; call {function}(store, dataset_uuid, ddf)"
-        )
-    if not isinstance(dataset_uuid, str):
-        raise InvalidArgumentError(
-            f"kstore.dask.{function}: the second argument is the dataset name (a str), got "
-            f"{type(dataset_uuid).__name__}; call {function}(store, dataset_uuid, ddf)"
-        )
-    if not isinstance(ddf, dd.DataFrame):
-        hint = " (wrap a pandas DataFrame with dask.dataframe.from_pandas)" if isinstance(ddf, pd.DataFrame) else ""
-        raise InvalidArgumentError(
-            f"kstore.dask.{function}: the third argument (dataset {dataset_uuid!r}) is the data, a "
-            f"dask.dataframe.DataFrame, got {type(ddf).__name__}{hint}"
-        )
-    return store, dataset_uuid, ddf
+def _arguments(function: str, store: Any, dataset_uuid: Any, data: Any) -> tuple[StoreLike, str, dd.DataFrame]:
+    return store_uuid_data(f"kstore.dask.{function}", store, dataset_uuid, data,
+                           is_data=lambda d: isinstance(d, dd.DataFrame), data_kind="a dask.dataframe.DataFrame",
+                           stacklevel=4,
+                           hint=lambda d: " (wrap a pandas DataFrame with dask.dataframe.from_pandas)"
+                           if isinstance(d, pd.DataFrame) else "")
 
 
 def _existing(meta: DatasetMetadata) -> DatasetMetadata:
@@ -455,7 +429,7 @@ class _CommitWritten:
 def store_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -463,8 +437,9 @@ def store_dataset(
     bucket_by: str | Sequence[str] | None = None,
     num_buckets: int | None = None,
     mode: WriteMode = "error",
+    schema_mode: Literal["strict", "merge"] = "strict",
     metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat = "json",
+    metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -477,7 +452,7 @@ def store_dataset(
 def store_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -485,8 +460,9 @@ def store_dataset(
     bucket_by: str | Sequence[str] | None = None,
     num_buckets: int | None = None,
     mode: WriteMode = "error",
+    schema_mode: Literal["strict", "merge"] = "strict",
     metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat = "json",
+    metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -498,7 +474,7 @@ def store_dataset(
 def store_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -506,8 +482,9 @@ def store_dataset(
     bucket_by: str | Sequence[str] | None = None,
     num_buckets: int | None = None,
     mode: WriteMode = "error",
+    schema_mode: Literal["strict", "merge"] = "strict",
     metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat = "json",
+    metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -523,10 +500,10 @@ def store_dataset(
         workers rebuild the store from it.
     dataset_uuid
         The dataset's name.
-    ddf
-        The data; its index is not stored. The order is ``(store, dataset_uuid, ddf)`` as in
-        :func:`kstore.store_dataset`; the old ``(ddf, store, dataset_uuid)`` still works
-        with a :class:`FutureWarning`.
+    data
+        The data, a ``dask.dataframe.DataFrame``; its index is not stored. The order is
+        ``(store, dataset_uuid, data)`` on every engine, as in :func:`kstore.store_dataset`;
+        the old ``(ddf, store, dataset_uuid)`` still works with a :class:`FutureWarning`.
     partition_on, secondary_indices
         As in :func:`kstore.store_dataset`.
     shuffle
@@ -539,6 +516,10 @@ def store_dataset(
         ``"error"`` (create; :class:`~kstore.errors.DatasetExistsError` if it exists),
         ``"overwrite"`` (replace), ``"append"`` or ``"overwrite_partitions"`` (update, or
         create a missing dataset; see :func:`update_dataset`).
+    schema_mode
+        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset: ``"strict"``
+        (the schema must match) or ``"merge"`` (new columns are added), as in
+        :func:`kstore.update_dataset`.
     write_options, sort_by
         As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
     compute
@@ -571,11 +552,11 @@ def store_dataset(
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
-    store, dataset_uuid, ddf = _arguments("store_dataset", store, dataset_uuid, ddf)
+    store, dataset_uuid, ddf = _arguments("store_dataset", store, dataset_uuid, data)
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
-                  table_name=table_name, delete_scope=None, schema_mode="strict", txn=txn,
+                  table_name=table_name, delete_scope=None, schema_mode=schema_mode, txn=txn,
                   write_options=write_options, sort_by=sort_by, compute=compute)
 
 
@@ -583,7 +564,7 @@ def store_dataset(
 def update_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -605,7 +586,7 @@ def update_dataset(
 def update_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -626,7 +607,7 @@ def update_dataset(
 def update_dataset(
     store: StoreLike | dd.DataFrame,
     dataset_uuid: Any,
-    ddf: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -650,7 +631,7 @@ def update_dataset(
 
     Parameters
     ----------
-    store, dataset_uuid, ddf
+    store, dataset_uuid, data
         As in :func:`store_dataset` (the dataset must exist).
     partition_on, secondary_indices
         As in :func:`kstore.update_dataset`.
@@ -684,7 +665,7 @@ def update_dataset(
     >>> m.version, len(m.partitions)
     (1, 2)
     """
-    store, dataset_uuid, ddf = _arguments("update_dataset", store, dataset_uuid, ddf)
+    store, dataset_uuid, ddf = _arguments("update_dataset", store, dataset_uuid, data)
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
     return _write(ddf, store, dataset_uuid, mode=mode, partition_on=partition_on,
@@ -1021,7 +1002,7 @@ def read_dataset(
         raise InvalidArgumentError("blocksize and dispatch_by cannot be used together: each chooses the partitions")
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of, stats=True)
+    plan, stats = plan_with_stats(st, dataset_uuid, columns, predicates, version=version, as_of=as_of, stats=True)
     nullable = nullable_columns(plan, stats)
     arrow_strings = pyarrow_strings_enabled()
     meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)

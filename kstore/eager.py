@@ -14,14 +14,18 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import pandas as pd
 import pyarrow as pa
 
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
+    WRITE_MODES,
+    WriteMode,
     finish_write,
     prepare_write,
     write_files,
@@ -30,7 +34,15 @@ from kstore.blocks.planned import check_missing, is_missing_file, replan
 from kstore.blocks.read import nullable_columns, read_plan, read_task, to_pandas
 from kstore.blocks.snapshot import Snapshot, open_snapshot, raise_if_expired
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool, as_choice, as_timestamp, as_version, predicates_or_filters
+from kstore.core.arguments import (
+    AsOf,
+    as_bool,
+    as_choice,
+    as_timestamp,
+    as_version,
+    looks_like_predicates,
+    predicates_or_filters,
+)
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
@@ -38,12 +50,15 @@ from kstore.core.predicates import Predicates
 from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     CorruptMetadataError,
+    InvalidArgumentError,
     KstoreError,
 )
 from kstore.io.progress import ProgressLike, is_data_file, tracked
 from kstore.io.store import Store, StoreLike, open_store
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = [
     "store_dataset",
@@ -69,15 +84,17 @@ def store_dataset(
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat = "json",
+    metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
-    overwrite: bool = False,
+    mode: WriteMode = "error",
+    schema_mode: Literal["strict", "merge"] = "strict",
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
     progress: ProgressLike = False,
+    overwrite: bool | None = None,
 ) -> DatasetMetadata:
-    """Write a new dataset (or replace one with ``overwrite=True``) in one commit.
+    """Write a new dataset (or replace one with ``mode="overwrite"``) in one commit.
 
     Rows are split by ``partition_on`` (hive-encoded in the keys, dropped from the files);
     ``secondary_indices`` get inverted index files.
@@ -102,12 +119,21 @@ def store_dataset(
         dataset's user metadata, merging ``metadata`` into it (keys given here replace
         theirs), as Delta Lake keeps a table's configuration; ``creation_time`` is new.
     metadata_format
-        ``"json"`` (default) or ``"msgpack.zstd"`` for the main metadata file.
+        ``"json"`` or ``"msgpack.zstd"`` for the main metadata file; None (default): JSON
+        for a new dataset, the existing dataset's format otherwise.
     table_name
         The table's name inside the dataset (kartothek's ``table``).
-    overwrite
-        Replace an existing dataset (a new version; old files stay until garbage collection)
-        instead of raising :class:`~kstore.errors.DatasetExistsError`.
+    mode
+        The same modes on every engine (:func:`kstore.dask.store_dataset`,
+        :func:`kstore.spark.store_dataset`): ``"error"`` (default: create;
+        :class:`~kstore.errors.DatasetExistsError` if the dataset exists), ``"overwrite"``
+        (replace it: a new version; old files stay until garbage collection), ``"append"``
+        or ``"overwrite_partitions"`` (as :func:`update_dataset`, creating the dataset when
+        it is missing).
+    schema_mode
+        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset: ``"strict"``
+        (the schema must match) or ``"merge"`` (new columns are added), as in
+        :func:`update_dataset`.
     txn
         ``(app_id, version)``: a retry of a write already committed under that id writes
         nothing and returns the committed metadata (idempotent jobs).
@@ -120,6 +146,9 @@ def store_dataset(
     progress
         ``True`` for a progress bar on stderr (files written), or a callable
         ``progress(files_written, None)`` (see :mod:`kstore.io.progress`); off by default.
+    overwrite
+        Deprecated (a :class:`FutureWarning`; removed in the next release): ``True`` is
+        ``mode="overwrite"``.
 
     Returns
     -------
@@ -129,7 +158,7 @@ def store_dataset(
     Raises
     ------
     DatasetExistsError
-        The dataset exists and ``overwrite`` is False.
+        The dataset exists and ``mode`` is ``"error"``.
 
     Examples
     --------
@@ -139,10 +168,16 @@ def store_dataset(
     >>> sorted(lab.split("/")[0] for lab in m.partitions)
     ['p=1', 'p=2']
     """
-    as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")  # None is no choice here
+    mode = as_choice(mode, WRITE_MODES, "mode")
+    if overwrite is not None:
+        warnings.warn("kstore.store_dataset(overwrite=...) is deprecated; pass mode='overwrite' (the same "
+                      "keyword on every engine)", FutureWarning, stacklevel=2)
+        if as_bool(overwrite, "overwrite") and mode != "error":
+            raise InvalidArgumentError(f"overwrite=True and mode={mode!r} were both given; pass mode='overwrite'")
+        mode = "overwrite" if overwrite else mode
     with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
-        job = prepare_write(st, dataset_uuid, mode="overwrite" if as_bool(overwrite, "overwrite") else "error",
-                            partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
+        job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
+                            secondary_indices=secondary_indices, table_name=table_name, schema_mode=schema_mode,
                             metadata=metadata, metadata_format=metadata_format, txn=txn,
                             write_options=write_options, sort_by=sort_by)
         if job.already_committed:
@@ -277,11 +312,34 @@ def open_dataset(store: StoreLike, dataset_uuid: str, *, version: int | None = N
                          as_of=as_timestamp(as_of) if as_of is not None else None)
 
 
+def _predicates_third(plan: Callable[P, R]) -> Callable[P, R]:
+    """Also accept the old order ``plan_read(store, dataset_uuid, predicates, columns)``
+    (a DNF where the columns go now), with a :class:`FutureWarning`, for one release."""
+
+    @functools.wraps(plan)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        if len(args) >= 3 and looks_like_predicates(args[2]):
+            warnings.warn("kstore.plan_read(store, dataset_uuid, predicates, columns) is deprecated; pass "
+                          "(store, dataset_uuid, columns, predicates) like kstore.read_dataset, or predicates=",
+                          FutureWarning, stacklevel=2)
+            if len(args) > 4 or "predicates" in kwargs or (len(args) == 4 and "columns" in kwargs):
+                raise InvalidArgumentError("kstore.plan_read: predicates given twice; pass (store, dataset_uuid, "
+                                           "columns, predicates)")
+            moved: dict[str, Any] = {"predicates": args[2]}
+            if len(args) == 4:
+                moved["columns"] = args[3]
+            return plan(*args[:2], **moved, **kwargs)  # type: ignore[arg-type]
+        return plan(*args, **kwargs)
+
+    return call
+
+
+@_predicates_third
 def plan_read(
     store: StoreLike,
     dataset_uuid: str,
-    predicates: Predicates = None,
     columns: Sequence[str] | None = None,
+    predicates: Predicates = None,
     *,
     filters: Predicates = None,
     version: int | None = None,
@@ -301,10 +359,12 @@ def plan_read(
         Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
     dataset_uuid
         The dataset's name.
-    predicates
-        DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`).
     columns
         Columns the read would return (None: all).
+    predicates
+        DNF ``[[(col, op, value), ...], ...]`` (:data:`~kstore.core.predicates.Predicates`).
+        The order is :func:`read_dataset`'s; the old ``plan_read(store, dataset_uuid,
+        predicates)`` still works with a :class:`FutureWarning`.
     filters
         ``predicates`` under pyarrow's, Dask's and deltalake's name, as in :func:`read_dataset`.
     version, as_of
@@ -323,19 +383,19 @@ def plan_read(
     >>> import pandas as pd, kstore
     >>> _ = kstore.store_dataset("memory://plan-doc", "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}),
     ...                          partition_on="p")
-    >>> plan = kstore.plan_read("memory://plan-doc", "d", [[("p", ">=", 2)]])
+    >>> plan = kstore.plan_read("memory://plan-doc", "d", predicates=[[("p", ">=", 2)]])
     >>> len(plan.tasks), sorted(lab.split("/")[0] for lab in plan.partitions)
     (2, ['p=2', 'p=3'])
     """
-    return plan_with_stats(store, dataset_uuid, predicates_or_filters(predicates, filters), columns, version=version,
+    return plan_with_stats(store, dataset_uuid, columns, predicates_or_filters(predicates, filters), version=version,
                            as_of=as_of, table=table)[0]
 
 
 def plan_with_stats(
     store: StoreLike,
     dataset_uuid: str,
-    predicates: Predicates = None,
     columns: Sequence[str] | None = None,
+    predicates: Predicates = None,
     *,
     filters: Predicates = None,
     version: int | None = None,
@@ -349,7 +409,7 @@ def plan_with_stats(
 
     Parameters
     ----------
-    store, dataset_uuid, predicates, columns, filters, version, as_of, table
+    store, dataset_uuid, columns, predicates, filters, version, as_of, table
         As in :func:`plan_read` (``filters`` is ``predicates`` under pyarrow's, Dask's and
         deltalake's name).
     stats
@@ -616,7 +676,7 @@ def iter_dataset(
     as_arrow = as_bool(as_arrow, "as_arrow")
     dates_as_object = as_bool(dates_as_object, "dates_as_object")
     st = open_store(store)
-    plan, stats = plan_with_stats(st, dataset_uuid, predicates, columns, version=version, as_of=as_of,
+    plan, stats = plan_with_stats(st, dataset_uuid, columns, predicates, version=version, as_of=as_of,
                                   stats=not as_arrow)
     nullable = nullable_columns(plan, stats)  # one set of dtypes for every frame
     for task in plan.tasks:
@@ -713,7 +773,7 @@ def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -
     >>> [label.split("/")[0] for label in kstore.index_lookup("memory://lookup-doc", "d", "x", 6)]
     ['p=2']
     """
-    plan = plan_read(store, dataset_uuid, [[(column, "==", value)]], columns=[column])
+    plan = plan_read(store, dataset_uuid, [column], [[(column, "==", value)]])
     if column not in plan.schema.names:
         raise KstoreError(f"dataset {dataset_uuid!r} has no column {column!r}")
     return sorted(plan.partitions)

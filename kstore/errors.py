@@ -85,7 +85,7 @@ class DatasetNotFoundError(KstoreError, KeyError):
 
 
 class DatasetExistsError(KstoreError, ValueError):
-    """A create was asked for a dataset that exists (pass ``overwrite=True`` or append)."""
+    """A create was asked for a dataset that exists (pass ``mode="overwrite"`` or append)."""
 
 
 class CorruptMetadataError(KstoreError, ValueError):

@@ -60,12 +60,12 @@ class WriteRead:
         kstore.read_dataset(self.root, "sales", predicates=[[("day", "==", Q_DAY)]])
 
     def time_plan_indexed_predicate(self, cache):
-        kstore.plan_read(self.root, "sales", [[("location", "==", Q_LOCATION)]])
+        kstore.plan_read(self.root, "sales", predicates=[[("location", "==", Q_LOCATION)]])
 
     def peakmem_read_dataset(self, cache):
         kstore.read_dataset(self.root, "sales")
 
     def track_plan_store_calls(self, cache):
-        return kstore.plan_read(self.root, "sales", [[("location", "==", Q_LOCATION)]]).store_calls
+        return kstore.plan_read(self.root, "sales", predicates=[[("location", "==", Q_LOCATION)]]).store_calls
 
     track_plan_store_calls.unit = "calls"

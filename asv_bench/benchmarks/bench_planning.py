@@ -26,10 +26,10 @@ class PlanManyPartitions:
         return root
 
     def time_plan_read_indexed(self, root, p):
-        kstore.plan_read(root, f"m{p}", [[("location", "==", Q_LOCATION)]])
+        kstore.plan_read(root, f"m{p}", predicates=[[("location", "==", Q_LOCATION)]])
 
     def time_plan_read_partition(self, root, p):
-        kstore.plan_read(root, f"m{p}", [[("day", "==", START_DAY)]])
+        kstore.plan_read(root, f"m{p}", predicates=[[("day", "==", START_DAY)]])
 
     def time_plan_read_all(self, root, p):
         kstore.plan_read(root, f"m{p}")
@@ -38,11 +38,11 @@ class PlanManyPartitions:
         kstore.load_metadata(root, f"m{p}")
 
     def track_planned_files(self, root, p):
-        return len(kstore.plan_read(root, f"m{p}", [[("location", "==", Q_LOCATION)]]).keys)
+        return len(kstore.plan_read(root, f"m{p}", predicates=[[("location", "==", Q_LOCATION)]]).keys)
 
     track_planned_files.unit = "files"
 
     def track_plan_store_calls(self, root, p):
-        return kstore.plan_read(root, f"m{p}", [[("location", "==", Q_LOCATION)]]).store_calls
+        return kstore.plan_read(root, f"m{p}", predicates=[[("location", "==", Q_LOCATION)]]).store_calls
 
     track_plan_store_calls.unit = "calls"

@@ -57,11 +57,12 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.write")
 
-__all__ = ["WriteMode", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
+__all__ = ["WriteMode", "WRITE_MODES", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
            "delete_files", "as_columns", "write_files"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
-_MODES: tuple[WriteMode, ...] = ("error", "overwrite", "append", "overwrite_partitions")
+#: The write modes, the same on every engine (eager, Dask, Spark).
+WRITE_MODES: tuple[WriteMode, ...] = ("error", "overwrite", "append", "overwrite_partitions")
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def prepare_write(
     options = WriteOptions.of(write_options, sort_by=sort_by)
     naming.validate_name(dataset_uuid)
     naming.validate_name(table_name, "table name")
-    as_choice(mode, _MODES, "mode")
+    as_choice(mode, WRITE_MODES, "mode")
     as_choice(schema_mode, ("strict", "merge"), "schema_mode")
     if metadata_format is not None:
         as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
@@ -188,8 +189,8 @@ def prepare_write(
         return replace(job, partition_on=job.existing.partition_keys, index_columns=())
     if mode == "error" and base is not None:
         raise DatasetExistsError(
-            f"dataset {dataset_uuid!r} already exists; pass overwrite=True (mode='overwrite') to replace it "
-            "or append to it"
+            f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or mode='append' to "
+            "append to it"
         )
     if job.creates:
         if delete_scope:

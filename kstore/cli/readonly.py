@@ -114,7 +114,7 @@ def plan(store: str, dataset: str, where: Where, or_: bool, columns: str | None,
     """Plan a query: the files a read would open, pruned by partitions, indices and statistics."""
     import kstore
 
-    p = kstore.plan_read(store, dataset, where, columns_option(columns), version=version, as_of=as_of)
+    p = kstore.plan_read(store, dataset, columns_option(columns), where, version=version, as_of=as_of)
     # the partitions (partition values) the planned files are in; None without partition keys
     planned_partitions = (len({t.partition_values for t in p.tasks})
                           if any(t.partition_values for t in p.tasks) else None)
@@ -182,7 +182,7 @@ def read(store: str, dataset: str, where: Where, or_: bool, columns: str | None,
         emit_json([r for t in parts for r in t.to_pylist()])
         return
     names = parts[0].column_names if parts else list(
-        kstore.plan_read(store, dataset, preds, cols, version=version, as_of=as_of).columns)
+        kstore.plan_read(store, dataset, cols, preds, version=version, as_of=as_of).columns)
     records = [[r[c] for c in names] for t in parts for r in t.to_pylist()]
     if fmt == "csv":
         w = csv.writer(sys.stdout, lineterminator="\n")

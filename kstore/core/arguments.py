@@ -15,7 +15,8 @@ kstore.errors.InvalidArgumentError: partition_on must be a column name or a list
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from kstore.errors import InvalidArgumentError, short_repr
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 AsOf: TypeAlias = dt.datetime | str | None
 
 __all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
-           "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters"]
+           "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters", "store_uuid_data",
+           "looks_like_predicates"]
 
 
 def _bad(what: str, expected: str, value: Any) -> InvalidArgumentError:
@@ -228,6 +230,17 @@ def predicates_or_filters(predicates: Predicates, filters: Predicates) -> Predic
     return filters
 
 
+def looks_like_predicates(value: Any) -> bool:
+    """Whether ``value`` is a DNF filter (``[(col, op, value), ...]`` or a list of such
+    lists), not a list of column names: its first item is a tuple or list.
+
+    >>> looks_like_predicates([[("x", "==", 1)]]), looks_like_predicates(["x", "y"]), looks_like_predicates(None)
+    (True, False, False)
+    """
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and isinstance(value[0], (list, tuple)))
+
+
 def as_delete_scope(value: Any, dataset: str) -> tuple[Mapping[str, Any], ...] | None:
     """``[{partition column: value}, ...]`` as a tuple of non-empty dicts with str keys."""
     if value is None:
@@ -242,3 +255,47 @@ def as_delete_scope(value: Any, dataset: str) -> tuple[Mapping[str, Any], ...] |
                 f"values, got {short_repr(scope)}"
             )
     return scopes
+
+
+def _is_frame(value: Any) -> bool:
+    """A DataFrame of any engine (pandas, Dask, Spark) or an Arrow table: never a store."""
+    return hasattr(value, "columns") and (hasattr(value, "dtypes") or hasattr(value, "schema"))
+
+
+def store_uuid_data(function: str, store: Any, dataset_uuid: Any, data: Any, *, is_data: Callable[[Any], bool],
+                    data_kind: str, optional: bool = False,
+                    hint: Callable[[Any], str] = lambda data: "", stacklevel: int = 3) -> tuple[Any, str, Any]:
+    """The arguments of an engine's write in kstore's one order ``(store, dataset_uuid,
+    data)``, also when given in the engine's old order ``(data, store, dataset_uuid)``
+    (then with a :class:`FutureWarning`, for one release).
+
+    ``function`` is the full name (``"kstore.spark.store_dataset"``); ``is_data`` tells the
+    engine's data type and ``hint`` adds advice for a wrong one; ``stacklevel`` points the
+    warning at the user's call; with ``optional``, ``data`` may be None (a delete-only update; the
+    old order was ``(None, store, dataset_uuid)``). A wrong type in any position is an
+    :class:`~kstore.errors.InvalidArgumentError` that names the position and the order.
+
+    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", [1], is_data=lambda d: isinstance(d, list),
+    ...                 data_kind="a list")
+    ('/data', 'sales', [1])
+    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", "rows", is_data=lambda d: isinstance(d, list),
+    ...                 data_kind="a list")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: kstore.x.store_dataset: the third argument (dataset 'sales') is the data, a list, got str
+    """
+    short = function.rsplit(".", 1)[-1]
+    if is_data(store) or (optional and store is None and isinstance(data, str)):
+        warnings.warn(f"{function}(data, store, dataset_uuid) is deprecated; pass (store, dataset_uuid, data) "
+                      f"like kstore.{short}", FutureWarning, stacklevel=stacklevel)
+        store, dataset_uuid, data = dataset_uuid, data, store
+    if store is None or _is_frame(store) or isinstance(store, (int, float, bool)):
+        raise InvalidArgumentError(f"{function}: the first argument is the store (a path, URL or Store), got "
+                                   f"{type(store).__name__}; call {short}(store, dataset_uuid, data)")
+    if not isinstance(dataset_uuid, str):
+        raise InvalidArgumentError(f"{function}: the second argument is the dataset name (a str), got "
+                                   f"{type(dataset_uuid).__name__}; call {short}(store, dataset_uuid, data)")
+    if not (is_data(data) or (optional and data is None)):
+        raise InvalidArgumentError(f"{function}: the third argument (dataset {dataset_uuid!r}) is the data, "
+                                   f"{data_kind}, got {type(data).__name__}{hint(data)}")
+    return store, dataset_uuid, data

@@ -109,7 +109,7 @@ def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, sco
     """Raise if ``op`` cannot be applied on top of ``base`` (the newest version)."""
     if op.kind == "create" and base is not None:
         raise DatasetExistsError(
-            f"dataset {dataset_uuid!r} already exists; pass overwrite=True to replace it or "
+            f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or "
             "use update_dataset to append"
         )
     if op.is_fence:

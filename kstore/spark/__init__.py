@@ -4,13 +4,13 @@ Writing a DataFrame: executors write Parquet files straight into the store from 
 batches and report file metadata; the driver builds the indices and makes one commit::
 
     import kstore.spark as ks
-    ks.store_dataset(df, "/data/store", "sales", partition_on=["day"], secondary_indices=["location"])
-    ks.update_dataset(more, "/data/store", "sales", mode="overwrite_partitions")
+    ks.store_dataset("/data/store", "sales", df, partition_on=["day"], secondary_indices=["location"])
+    ks.update_dataset("/data/store", "sales", more, mode="overwrite_partitions")
 
 Reading, and the ``kstore`` data source (``predicates`` are planned by kstore's planner)::
 
     ks.register(spark)
-    ks.read_dataset(spark, "/data/store", "sales", predicates=[[("location", "==", 7)]])
+    ks.read_dataset("/data/store", "sales", predicates=[[("location", "==", 7)]])  # the active session
     spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store").filter("location = 7")
 
 Stores must be reachable from every executor (a directory, ``file://``, ``s3://``);
@@ -30,12 +30,13 @@ import warnings
 warnings.filterwarnings("ignore", message=r"PySpark does not yet fully support pandas >= 3", category=FutureWarning,
                         module=r"pyspark(\.|$)")
 
-from collections.abc import Sequence  # noqa: E402
-from datetime import datetime  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+import functools  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, ParamSpec, TypeVar  # noqa: E402
 
-from kstore.core.arguments import as_bool, predicates_or_filters  # noqa: E402
+from kstore.core.arguments import AsOf, as_bool, as_column_list, as_timestamp, predicates_or_filters  # noqa: E402
 from kstore.core.predicates import Predicates  # noqa: E402
+from kstore.errors import InvalidArgumentError  # noqa: E402
 from kstore.io.store import StoreLike  # noqa: E402
 from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
@@ -44,6 +45,9 @@ from kstore.spark.writer import compact, store_dataset, update_dataset  # noqa: 
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = [
     "compact",
@@ -155,16 +159,39 @@ def store_option(store: StoreLike) -> str:
     return encode_store(store)
 
 
+def _session_first(read: Callable[P, R]) -> Callable[P, R]:
+    """Also accept the old order ``read_dataset(spark, store, dataset_uuid, **keywords)``
+    (everything after the dataset was a keyword then), with a :class:`FutureWarning`."""
+
+    @functools.wraps(read)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        from pyspark.sql import SparkSession
+
+        if args and isinstance(args[0], SparkSession):
+            warnings.warn("kstore.spark.read_dataset(spark, store, dataset_uuid) is deprecated; pass (store, "
+                          "dataset_uuid) like kstore.read_dataset (spark= is optional: the active session)",
+                          FutureWarning, stacklevel=2)
+            if len(args) != 3 or "spark" in kwargs:
+                raise InvalidArgumentError("kstore.spark.read_dataset(spark, store, dataset_uuid, ...): the old "
+                                           "order takes every other argument by keyword; pass (store, "
+                                           "dataset_uuid, columns, predicates, spark=spark)")
+            return read(args[1], args[2], **kwargs, spark=args[0])  # type: ignore[arg-type]
+        return read(*args, **kwargs)
+
+    return call
+
+
+@_session_first
 def read_dataset(
-    spark: SparkSession,
     store: StoreLike,
     dataset_uuid: str,
-    *,
     columns: Sequence[str] | None = None,
     predicates: Predicates = None,
+    *,
     filters: Predicates = None,
     version: int | None = None,
-    as_of: datetime | None = None,
+    as_of: AsOf = None,
+    spark: SparkSession | None = None,
     partition_bytes: int | None = None,
 ) -> DataFrame:
     """A Spark DataFrame over a dataset (through the ``kstore`` data source).
@@ -176,8 +203,6 @@ def read_dataset(
 
     Parameters
     ----------
-    spark
-        The ``SparkSession`` (the data source is registered with it).
     store
         A path or URL the executors can reach (not ``memory://``).
     dataset_uuid
@@ -192,7 +217,11 @@ def read_dataset(
         thing: a filter on the DataFrame, evaluated by Spark.)
     version, as_of
         Read a retained older version (a number, or the version current at a
-        ``datetime``).
+        ``datetime`` or ISO 8601 timestamp), as in :func:`kstore.read_dataset`.
+    spark
+        The ``SparkSession`` (the data source is registered with it); default: the active
+        session. The old order ``read_dataset(spark, store, dataset_uuid, ...)`` still works
+        with a :class:`FutureWarning`.
     partition_bytes
         Bytes of planned files per Spark input partition (default 128 MiB,
         :data:`kstore.spark.reader.DEFAULT_PARTITION_BYTES`).
@@ -207,10 +236,21 @@ def read_dataset(
     With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
 
         import kstore.spark as ks
-        df = ks.read_dataset(spark, "/data/store", "sales", predicates=[[("location", "==", 7)]])
+        df = ks.read_dataset("/data/store", "sales", predicates=[[("location", "==", 7)]])
         df.filter("day >= DATE'2024-01-20'").count()
     """
+    from pyspark.sql import SparkSession
+
+    if not isinstance(dataset_uuid, str):
+        raise InvalidArgumentError(f"kstore.spark.read_dataset: the second argument is the dataset name (a str), "
+                                   f"got {type(dataset_uuid).__name__}")
+    columns = as_column_list(columns)
     predicates = predicates_or_filters(predicates, filters)
+    if spark is None:
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise InvalidArgumentError(f"kstore.spark.read_dataset (dataset {dataset_uuid!r}): no SparkSession is "
+                                       "active in this thread; start one or pass spark=")
     register(spark)
     reader = spark.read.format("kstore").option("dataset_uuid", dataset_uuid)
     if columns:
@@ -220,7 +260,7 @@ def read_dataset(
     if version is not None:
         reader = reader.option("version", str(int(version)))
     if as_of is not None:
-        reader = reader.option("as_of", as_of.isoformat())
+        reader = reader.option("as_of", as_timestamp(as_of).isoformat())
     if partition_bytes is not None:
         reader = reader.option("partition_bytes", str(int(partition_bytes)))
     reader = reader.option("min_partitions", str(spark.sparkContext.defaultParallelism))

@@ -86,6 +86,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kstore.blocks.job import WriteMode
 from kstore.blocks.write import WrittenFile
 from kstore.core.naming import DEFAULT_TABLE, MetadataFormat
 from kstore.core.predicates import Term
@@ -105,7 +106,6 @@ from kstore.spark.reader import (
 from kstore.spark.writer import (
     DEFAULT_CHUNK_BYTES,
     WriteJob,
-    WriteMode,
     check_in_scope,
     cleanup_files,
     commit_files,

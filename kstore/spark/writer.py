@@ -46,11 +46,12 @@ from kstore.blocks.compact import (
     worker_plan,
 )
 from kstore.blocks.job import WriteJob as CoreJob
-from kstore.blocks.job import check_schema, delete_files, finish_write
+from kstore.blocks.job import WriteMode, check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
 from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, write_partitions
 from kstore.core import naming
+from kstore.core.arguments import store_uuid_data
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.writer_options import WriteOptions
@@ -81,7 +82,6 @@ __all__ = [
     "check_in_scope",
 ]
 
-WriteMode = Literal["error", "append", "overwrite", "overwrite_partitions"]
 Shuffle = Literal["none", "repartition", "sort"]
 
 #: Arrow bytes an executor buffers before writing a chunk (one file per partition value).
@@ -505,17 +505,23 @@ def _run(df: DataFrame | None, job: WriteJob, shuffle: Shuffle | None) -> Datase
     return commit_files(job, files)
 
 
-def _check_df(df: Any) -> None:
+def _arguments(function: str, store: Any, dataset_uuid: Any, data: Any,
+               optional: bool = False) -> tuple[StoreLike, str, DataFrame | None]:
     from pyspark.sql import DataFrame
 
-    if not isinstance(df, DataFrame):
-        raise InvalidArgumentError(f"df must be a Spark DataFrame, got {type(df).__name__}")
+    return store_uuid_data(f"kstore.spark.{function}", store, dataset_uuid, data, optional=optional,
+                           is_data=lambda d: isinstance(d, DataFrame), data_kind="a Spark DataFrame", stacklevel=4,
+                           hint=lambda d: " (convert it with spark.createDataFrame)" if _is_local_frame(d) else "")
+
+
+def _is_local_frame(data: Any) -> bool:
+    return type(data).__module__.split(".")[0] in ("pandas", "pyarrow")
 
 
 def store_dataset(
-    df: DataFrame,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | DataFrame,
+    dataset_uuid: Any,
+    data: Any,
     *,
     partition_on: str | Sequence[str] | None = None,
     secondary_indices: str | Sequence[str] | None = None,
@@ -538,13 +544,16 @@ def store_dataset(
 
     Parameters
     ----------
-    df
-        The data. Column types must map to kstore (see :mod:`kstore.spark.types`);
-        an unsupported type raises before any file is written.
     store
         A URL, path or store that executors can reach (not ``memory://``).
     dataset_uuid
         The dataset's name.
+    data
+        The Spark DataFrame. Column types must map to kstore (see
+        :mod:`kstore.spark.types`); an unsupported type raises before any file is written.
+        The order is ``(store, dataset_uuid, data)`` on every engine, as in
+        :func:`kstore.store_dataset`; the old ``(df, store, dataset_uuid)`` still works with
+        a :class:`FutureWarning`.
     partition_on, secondary_indices
         Partition columns (hive-style ``col=value`` directories) and columns that get an
         inverted index: a column name or a list of them, as in :func:`kstore.store_dataset`.
@@ -585,9 +594,10 @@ def store_dataset(
     With a SparkSession and a DataFrame ``df`` (tested in ``tests/drivers/test_spark.py``)::
 
         import kstore.spark as ks
-        ks.store_dataset(df, "/data/store", "sales", partition_on=["day"], secondary_indices=["location"])
+        ks.store_dataset("/data/store", "sales", df, partition_on=["day"], secondary_indices=["location"])
     """
-    _check_df(df)
+    store, dataset_uuid, df = _arguments("store_dataset", store, dataset_uuid, data)
+    assert df is not None
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, partition_on=partition_on,
                         secondary_indices=secondary_indices, metadata=metadata,
                         metadata_format=metadata_format, table_name=table_name, schema_mode=schema_mode,
@@ -596,9 +606,9 @@ def store_dataset(
 
 
 def update_dataset(
-    df: DataFrame | None,
-    store: StoreLike,
-    dataset_uuid: str,
+    store: StoreLike | DataFrame | None,
+    dataset_uuid: Any,
+    data: Any = None,
     *,
     delete_scope: Sequence[Mapping[str, Any]] | None = None,
     partition_on: str | Sequence[str] | None = None,
@@ -620,12 +630,14 @@ def update_dataset(
 
     Parameters
     ----------
-    df
-        The rows to append, or None to only delete (``delete_scope`` is then required).
     store
         A URL, path or store that executors can reach (not ``memory://``).
     dataset_uuid
         The dataset's name; it must exist.
+    data
+        The rows to append (a Spark DataFrame), or None to only delete (``delete_scope`` is
+        then required). The old order ``(df, store, dataset_uuid)`` still works with a
+        :class:`FutureWarning`.
     delete_scope
         A list of ``{partition column: value}`` dicts: partitions removed in the same commit.
     partition_on, secondary_indices, metadata, schema_mode, txn
@@ -646,9 +658,10 @@ def update_dataset(
     With a SparkSession and a DataFrame ``more`` (tested in ``tests/drivers/test_spark.py``)::
 
         import kstore.spark as ks
-        ks.update_dataset(more, "/data/store", "sales", mode="overwrite_partitions")
-        ks.update_dataset(None, "/data/store", "sales", delete_scope=[{"day": "2024-01-01"}])
+        ks.update_dataset("/data/store", "sales", more, mode="overwrite_partitions")
+        ks.update_dataset("/data/store", "sales", delete_scope=[{"day": "2024-01-01"}])
     """
+    store, dataset_uuid, df = _arguments("update_dataset", store, dataset_uuid, data, optional=True)
     if mode not in ("append", "overwrite_partitions"):
         raise InvalidArgumentError(f"mode must be 'append' or 'overwrite_partitions', got {mode!r}")
     if df is None:
@@ -659,7 +672,6 @@ def update_dataset(
             raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
         job = _delete_only_job(store, base, delete_scope, metadata, txn)
         return _run(None, job, None)
-    _check_df(df)
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, require_existing=True,
                         partition_on=partition_on, secondary_indices=secondary_indices,
                         delete_scope=delete_scope, metadata=metadata, schema_mode=schema_mode, txn=txn,

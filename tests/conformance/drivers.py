@@ -97,7 +97,7 @@ def write(writer: str, engines: Engines, url: str, uuid: str, source: pa.Table, 
     elif writer == "spark_store_dataset":
         import kstore.spark as ks
 
-        ks.store_dataset(spark_frame(engines.spark, source), url, uuid, partition_on=pon, secondary_indices=idx)
+        ks.store_dataset(url, uuid, spark_frame(engines.spark, source), partition_on=pon, secondary_indices=idx)
     elif writer == "spark_datasource":
         w = (spark_frame(engines.spark, source).write.format("kstore").option("dataset_uuid", uuid)
              .option("secondary_indices", ",".join(idx)).mode("overwrite"))
@@ -355,7 +355,7 @@ def _spark_load(engines: Engines, url: str, uuid: str, columns, dnf, how: str) -
     from kstore.spark.reader import encode_predicates
 
     if how == "read_dataset":
-        return ks.read_dataset(engines.spark, url, uuid, columns=columns, predicates=dnf)
+        return ks.read_dataset(url, uuid, columns=columns, predicates=dnf, spark=engines.spark)
     reader = engines.spark.read.format("kstore").option("dataset_uuid", uuid)
     if columns:
         reader = reader.option("columns", ",".join(columns))

@@ -64,7 +64,7 @@ def _spark_write(ddl: str, rows: list | None = None, store: str | None = None) -
         import kstore.spark as ks
 
         df = engines.spark.createDataFrame(rows or [], ddl)
-        return ks.store_dataset(df, store or url, "refused")
+        return ks.store_dataset(store or url, "refused", df)
 
     return attempt
 
@@ -81,7 +81,7 @@ def _spark_read_decimal256(engines: Any, url: str) -> Any:
     import kstore.spark as ks
 
     kstore.store_dataset(url, "wide", pa.table({"id": [1], "w": pa.array([Decimal("1.5")], pa.decimal256(40, 2))}))
-    return ks.read_dataset(engines.spark, url, "wide").collect()
+    return ks.read_dataset(url, "wide", spark=engines.spark).collect()
 
 
 REFUSALS: list[Refusal] = [

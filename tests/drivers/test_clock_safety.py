@@ -175,7 +175,7 @@ def test_a_file_born_30_days_ahead_does_not_block_a_recreate_after_delete(url):
 
 def test_a_gc_host_days_ahead_does_not_block_writers_that_start_after_it(url):
     kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
-    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", overwrite=True)  # leaves garbage
+    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", mode="overwrite")  # leaves garbage
     with runtime.installed(skewed(30 * DAY)):
         gc = kstore.garbage_collect(url, UUID)
     assert gc.deleted_files and gc.fence_version is not None  # a fence whose cutoff is 23 days ahead
@@ -187,7 +187,7 @@ def test_a_writer_that_started_before_a_gc_fence_still_refuses_its_files(url):
     """The rule above must not let through files a fence's GC may have deleted: a write
     whose files predate a fence it had not seen is refused as before."""
     kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
-    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", overwrite=True)
+    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p", mode="overwrite")
     fired: list[object] = []
 
     def before(method, key):
@@ -205,7 +205,7 @@ def test_a_store_error_while_reading_the_fences_is_no_refusal(url):
     store error there is a StoreError to retry, not a CommitConflictError blaming a garbage
     collection (seed 3000055 of the mixed simulation: a writer 30 days behind, one failed get)."""
     kstore.store_dataset(url, UUID, frame(["a"], [5]), partition_on="p")
-    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p", overwrite=True)
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p", mode="overwrite")
     gc = kstore.garbage_collect(url, UUID, retention=timedelta(0), enforce_retention_duration=False)
     assert gc.fence_version == 2
     state = {"raced": False, "failed": False}

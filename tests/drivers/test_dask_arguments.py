@@ -1,4 +1,4 @@
-"""The Dask writers' argument convention ``(store, dataset_uuid, ddf, *, ...)``, the old
+"""The Dask writers' argument convention ``(store, dataset_uuid, data, *, ...)``, the old
 order with a FutureWarning, clear errors for wrong types, and ``read_dataset(as_of=)``."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_old_order_still_works_with_a_future_warning(function: str, store_url: s
     with dask.config.set(scheduler="sync"):
         if function == "update_dataset":
             kd.store_dataset(store_url, "ds", _ddf([0]))
-        with pytest.warns(FutureWarning, match=rf"kstore\.dask\.{function}\(ddf, store, dataset_uuid\) is deprecated") as record:
+        with pytest.warns(FutureWarning, match=rf"kstore\.dask\.{function}\(data, store, dataset_uuid\) is deprecated") as record:
             getattr(kd, function)(_ddf([1, 2]), store_url, "ds")
     assert record[0].filename == __file__  # points at the caller
     assert _xs(store_url) == ([0, 1, 2] if function == "update_dataset" else [1, 2])

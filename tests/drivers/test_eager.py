@@ -911,7 +911,7 @@ def test_dataset_not_found_message_is_readable(store_url, call):
 def test_store_existing_dataset_without_overwrite(store_url):
     kstore.store_dataset(store_url, "ds", simple_frame(), partition_on="p", secondary_indices="x")
     before = snapshot(store_url, "ds")
-    with raises(DatasetExistsError, "'ds'", "overwrite=True"):
+    with raises(DatasetExistsError, "'ds'", "mode='overwrite'"):
         kstore.store_dataset(store_url, "ds", simple_frame(4).assign(id=[7, 8, 9, 10]), partition_on="p")
     assert_unchanged(store_url, "ds", before)
 
@@ -920,7 +920,7 @@ def test_overwrite_replaces_the_data(store_url):
     kstore.store_dataset(store_url, "ds", simple_frame(), partition_on="p", secondary_indices="x",
                          metadata={"k": 1})
     new = pd.DataFrame({"id": [100, 101], "q": [5, 6], "z": ["n", "m"]})
-    meta = kstore.store_dataset(store_url, "ds", new, partition_on="q", overwrite=True)
+    meta = kstore.store_dataset(store_url, "ds", new, partition_on="q", mode="overwrite")
     assert meta.partition_keys == ("q",)
     assert meta.version == 1
     assert meta.metadata["k"] == 1  # the user metadata stays (as Delta keeps a table's configuration)
@@ -1034,7 +1034,7 @@ def test_bad_table_name(store_url, name, all_keys):
     assert all_keys(store_url) == set()
 
 
-@pytest.mark.parametrize("fmt", ["yaml", "msgpack", "JSON", None])
+@pytest.mark.parametrize("fmt", ["yaml", "msgpack", "JSON", ""])  # None: the default (JSON, or the format kept)
 def test_bad_metadata_format(store_url, fmt, all_keys):
     with raises(InvalidArgumentError, repr(fmt)):
         kstore.store_dataset(store_url, "ds", simple_frame(), metadata_format=fmt)
@@ -1084,7 +1084,7 @@ def test_failed_overwrite_keeps_the_old_dataset(store_url):
     before = snapshot(store_url, "ds")
     bad = simple_frame().assign(p=["a", "b", None, "a", "b", "a", "b", "a"])
     with raises(InvalidArgumentError, "'p'", "null"):
-        kstore.store_dataset(store_url, "ds", [simple_frame(), bad], partition_on="p", overwrite=True)
+        kstore.store_dataset(store_url, "ds", [simple_frame(), bad], partition_on="p", mode="overwrite")
     assert_unchanged(store_url, "ds", before)
 
 

@@ -86,7 +86,7 @@ def test_cases_select_some_rows_and_prune_files(url):
     for case, dnf in CASES.items():
         ids = expected_ids(case)
         assert 0 < len(ids) < N, case
-        assert len(kstore.plan_read(url, UUID, dnf).tasks) < all_files, case
+        assert len(kstore.plan_read(url, UUID, predicates=dnf).tasks) < all_files, case
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,8 +201,8 @@ def test_spark_filters_return_the_rows_of_predicates(spark, tmp_path):
                          secondary_indices=["x"])
     for case in ("partition-in", "index-in"):
         dnf = CASES[case]
-        by_filters = _ids(r.id for r in ks.read_dataset(spark, root, UUID, columns=["id"], filters=dnf).collect())
-        by_predicates = _ids(r.id for r in ks.read_dataset(spark, root, UUID, columns=["id"], predicates=dnf).collect())
+        by_filters = _ids(r.id for r in ks.read_dataset(root, UUID, columns=["id"], filters=dnf, spark=spark).collect())
+        by_predicates = _ids(r.id for r in ks.read_dataset(root, UUID, columns=["id"], predicates=dnf, spark=spark).collect())
         assert by_filters == by_predicates == expected_ids(case), case
 
 
@@ -218,7 +218,7 @@ def _dask_read(url: str, **kw: Any) -> Any:
 def _spark_read(url: str, **kw: Any) -> Any:
     ks = pytest.importorskip("kstore.spark")
     # the arguments are checked before Spark is touched: no session needed
-    return ks.read_dataset(object(), url, UUID, **kw)
+    return ks.read_dataset(url, UUID, **kw, spark=object())
 
 
 BOTH: dict[str, Callable[..., Any]] = {

@@ -332,7 +332,7 @@ BAD_CALLS = {
     "version='0'": (InvalidArgumentError, "version", lambda u: kstore.load_metadata(u, UUID, version="0")),
     "table=5": (InvalidArgumentError, "table", lambda u: kstore.read_dataset(u, UUID, table=5)),
     "table='other'": (InvalidArgumentError, "table", lambda u: kstore.plan_read(u, UUID, table="other")),
-    "overwrite='no'": (InvalidArgumentError, "overwrite", lambda u: kstore.store_dataset(u, UUID, frame(), overwrite="no")),
+    "mode='replace'": (InvalidArgumentError, "mode", lambda u: kstore.store_dataset(u, UUID, frame(), mode="replace")),
     "dry_run='no'": (InvalidArgumentError, "dry_run", lambda u: kstore.garbage_collect(u, UUID, dry_run="no")),
     # flags take True/False only: a Series or array has no truth value, text such as "no" is truthy
     "as_arrow=Series": (InvalidArgumentError, "as_arrow",

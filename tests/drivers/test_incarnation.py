@@ -1,6 +1,6 @@
 """Issue #29 item 4: a write never lands in another dataset of the same name.
 
-After ``delete_dataset`` and a re-create (or ``store_dataset(overwrite=True)``), a write
+After ``delete_dataset`` and a re-create (or ``store_dataset(mode="overwrite")``), a write
 that read the dataset before must fail with ``CommitConflictError`` (FORMAT.md C step 1:
 "the dataset was created or deleted meanwhile"), committing nothing and leaving no file:
 
@@ -89,7 +89,7 @@ def test_a_stale_snapshot_does_not_commit_into_the_new_dataset(store_url, op, ho
     old = create(store_url)
     if how == "overwrite":
         kstore.store_dataset(store_url, UUID, frame(range(100, 106)), partition_on=["p"], secondary_indices=["x"],
-                             overwrite=True)
+                             mode="overwrite")
         new = kstore.open_dataset(store_url, UUID)
     else:
         new = recreate(store_url)
@@ -214,7 +214,7 @@ def test_the_incarnation_is_recorded_by_the_create_and_carried_by_every_version(
     assert entry.actions["state"]["kstore"]["incarnation"] == first == entry.commit_id
     main = json.loads(st.get(naming.metadata_key(UUID, "json")))
     assert main["kstore"]["incarnation"] == first  # kartothek's view carries it too (kartothek ignores it)
-    kstore.store_dataset(store_url, UUID, frame([1]), partition_on=["p"], overwrite=True)
+    kstore.store_dataset(store_url, UUID, frame([1]), partition_on=["p"], mode="overwrite")
     second = kstore.open_dataset(store_url, UUID).metadata.incarnation
     third = recreate(store_url).metadata.incarnation
     assert len({first, second, third}) == 3

@@ -378,13 +378,13 @@ def test_copy_dataset_reads_identically(tmp_path, target_kind):
     pd.testing.assert_frame_equal(by_id(kstore.read_dataset(dst, UUID)), by_id(kstore.read_dataset(src, UUID)))
     for preds in ([[("x", "==", 1)]], [[("s", "in", ["s0", "s2"])]], [[("v", ">", 70.0)]], [[("id", "<=", 11)]],
                   [[("p", "==", "g"), ("v", "<", 76.0)]]):
-        sp, dp = kstore.plan_read(src, UUID, preds), kstore.plan_read(dst, UUID, preds)
+        sp, dp = kstore.plan_read(src, UUID, predicates=preds), kstore.plan_read(dst, UUID, predicates=preds)
         assert set(dp.partitions) == set(sp.partitions), preds
         assert [(s.kind, s.column, s.after) for s in dp.stages] == [(s.kind, s.column, s.after) for s in sp.stages]
         pd.testing.assert_frame_equal(by_id(kstore.read_dataset(dst, UUID, predicates=preds)),
                                       by_id(kstore.read_dataset(src, UUID, predicates=preds)))
     # statistics prune in the copy as in the source (v is no index column)
-    plan = kstore.plan_read(dst, UUID, [[("v", ">", 70.0)]])
+    plan = kstore.plan_read(dst, UUID, predicates=[[("v", ">", 70.0)]])
     assert [s.kind for s in plan.stages] == ["statistics"] and len(plan.partitions) < plan.n_partitions
     for v in (1, 2):
         assert kstore.index_lookup(dst, UUID, "x", v) == kstore.index_lookup(src, UUID, "x", v)

@@ -105,7 +105,7 @@ def test_read_equals_pandas_filtering(df, dnf, partition_on, chunks):
     got = kstore.read_dataset(url, "ds", predicates=dnf)
     assert sorted(got["row"].tolist()) == expected_rows(df, dnf), (dnf, partition_on)
     # the plan never drops a partition that holds a matching row
-    plan = kstore.plan_read(url, "ds", dnf)
+    plan = kstore.plan_read(url, "ds", predicates=dnf)
     full = kstore.read_dataset(url, "ds")
     assert len(full) == len(df)
     # values come back exactly (partition columns rebuilt from the keys)

@@ -308,12 +308,12 @@ def test_overwrite_keeps_user_metadata(store_url):
     df = pd.DataFrame({"x": [1]})
     kstore.store_dataset(store_url, "d", df, metadata={"owner": "me", "team": "a"})
     first = kstore.load_metadata(store_url, "d").metadata["creation_time"]
-    kstore.store_dataset(store_url, "d", df, overwrite=True)
+    kstore.store_dataset(store_url, "d", df, mode="overwrite")
     meta = kstore.load_metadata(store_url, "d").metadata
     assert meta["owner"] == "me" and meta["team"] == "a"
     assert "creation_time" in meta
     # metadata= merges over the kept keys (keys given replace theirs)
-    kstore.store_dataset(store_url, "d", df, overwrite=True, metadata={"team": "b"})
+    kstore.store_dataset(store_url, "d", df, mode="overwrite", metadata={"team": "b"})
     meta = kstore.load_metadata(store_url, "d").metadata
     assert (meta["owner"], meta["team"]) == ("me", "b")
     assert isinstance(first, str)

@@ -87,7 +87,7 @@ def test_a_snapshot_of_an_expired_version_says_so(tmp_path):
     url = "file://" + str(tmp_path)
     kstore.store_dataset(url, UUID, frame(0, 30), partition_on=["p"])
     old = kstore.open_dataset(url, UUID)
-    kstore.store_dataset(url, UUID, frame(100, 5), partition_on=["p"], overwrite=True)
+    kstore.store_dataset(url, UUID, frame(100, 5), partition_on=["p"], mode="overwrite")
     kstore.garbage_collect(url, UUID, retention=dt.timedelta(0), enforce_retention_duration=False)
     with pytest.raises(VersionNotFoundError, match="version 0"):
         old.read_table()

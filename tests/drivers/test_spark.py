@@ -214,7 +214,7 @@ def assert_rows_equal(actual, expected) -> None:
 
 def test_every_type_round_trips_exactly(spark, store):
     df = spark.createDataFrame(all_types_rows(), ALL_TYPES)
-    meta = ks.store_dataset(df, store, "types", partition_on=["p"], secondary_indices=["i", "str", "da", "ts"])
+    meta = ks.store_dataset(store, "types", df, partition_on=["p"], secondary_indices=["i", "str", "da", "ts"])
     assert meta.version == 0 and meta.partition_keys == ("p",)
     back = spark.read.format("kstore").option("dataset_uuid", "types").load(store)
     # exact Spark types (partition column first, as kstore orders columns)
@@ -243,7 +243,7 @@ def test_every_type_round_trips_exactly(spark, store):
 def test_every_type_reads_the_same_in_pandas(spark, store):
     rows = all_types_rows()
     df = spark.createDataFrame(rows, ALL_TYPES)
-    ks.store_dataset(df, store, "types", partition_on=["p"])
+    ks.store_dataset(store, "types", df, partition_on=["p"])
     got = kstore.read_dataset(store, "types", dates_as_object=True).sort_values("id").reset_index(drop=True)
     assert got["id"].tolist() == list(range(len(rows)))
     for col_pos, field in enumerate(ALL_TYPES.fields):
@@ -271,8 +271,8 @@ def test_partition_columns_of_every_partitionable_type(spark, store):
     rows = [(k, k % 2 == 0, k % 3 - 1, k / 2, dt.date(2024, 1, 1 + k % 2),
              dt.datetime(2024, 1, 1, k % 2, 30, tzinfo=UTC), bytes([65 + k % 2]), f"v{k}") for k in range(8)]
     df = spark.createDataFrame(rows, "id long, bo boolean, i int, f double, da date, ts timestamp, bin binary, v string")
-    ks.store_dataset(df, store, "parts", partition_on=["bo", "i", "f", "da", "ts", "bin"])
-    back = ks.read_dataset(spark, store, "parts")
+    ks.store_dataset(store, "parts", df, partition_on=["bo", "i", "f", "da", "ts", "bin"])
+    back = ks.read_dataset(store, "parts", spark=spark)
     assert {f.name: f.dataType for f in back.schema.fields} == {f.name: f.dataType for f in df.schema.fields}
     assert_rows_equal(back.collect(), df.collect())
     assert sorted(r.id for r in back.filter("da = DATE'2024-01-02' AND NOT bo").collect()) == [1, 3, 5, 7]
@@ -286,7 +286,7 @@ def test_datasource_write_round_trips(spark, store):
        .option("secondary_indices", "i,str").mode("overwrite").save(store))
     meta = kstore.load_metadata(store, "types")
     assert meta.partition_keys == ("p",) and set(meta.indices) == {"i", "str"}
-    back = ks.read_dataset(spark, store, "types")
+    back = ks.read_dataset(store, "types", spark=spark)
     assert_rows_equal(back.collect(), df.collect())
 
 
@@ -300,7 +300,7 @@ def test_write_options_reach_the_files(spark, store):
     (df.write.format("kstore").option("dataset_uuid", "opts").option("partition_on", "p")
        .option("compression", "zstd").option("row_group_size", "50").option("sort_by", "location")
        .option("write_page_index", "true").mode("overwrite").save(store))
-    ks.store_dataset(df, store, "opts2", partition_on=["p"], write_options={"compression": "gzip"},
+    ks.store_dataset(store, "opts2", df, partition_on=["p"], write_options={"compression": "gzip"},
                      sort_by=["location"], mode="overwrite")
     for uuid, codec in (("opts", "ZSTD"), ("opts2", "GZIP")):
         meta = kstore.load_metadata(store, uuid)
@@ -313,12 +313,12 @@ def test_write_options_reach_the_files(spark, store):
             if uuid == "opts":
                 assert all(pf.metadata.row_group(i).num_rows <= 50 for i in range(pf.metadata.num_row_groups))
                 assert pf.metadata.row_group(0).column(0).has_column_index
-        assert sorted(ks.read_dataset(spark, store, uuid).collect()) == sorted(df.collect())
+        assert sorted(ks.read_dataset(store, uuid, spark=spark).collect()) == sorted(df.collect())
     with pytest.raises(Exception, match="compression"):
         (df.write.format("kstore").option("dataset_uuid", "opts3").option("compression", "zip")
            .mode("overwrite").save(store))
     with pytest.raises(InvalidArgumentError, match="row_group_size"):
-        ks.store_dataset(df, store, "opts4", write_options={"row_group_size": -1})
+        ks.store_dataset(store, "opts4", df, write_options={"row_group_size": -1})
     assert not any(k.startswith(("opts3", "opts4")) for k in kstore.open_store(store).iter_prefix(""))
 
 
@@ -346,12 +346,12 @@ def test_timestamps_keep_their_instants_in_another_session_zone(spark, store, be
     instants = [dt.datetime(2024, 10, 27, 0, 30, tzinfo=UTC) + timedelta(minutes=30 * k) for k in range(8)]
     df = spark.createDataFrame([(k, ts, ts.replace(tzinfo=None)) for k, ts in enumerate(instants)],
                                "id long, ts timestamp, ntz timestamp_ntz")
-    ks.store_dataset(df, store, "tz", secondary_indices=["ts"])
+    ks.store_dataset(store, "tz", df, secondary_indices=["ts"])
     pdf = kstore.read_dataset(store, "tz").sort_values("id")
     assert list(pdf["ts"]) == [pd.Timestamp(t) for t in instants]  # UTC instants
     assert str(pdf["ts"].dtype) == "datetime64[us, UTC]"
     assert list(pdf["ntz"]) == [pd.Timestamp(t.replace(tzinfo=None)) for t in instants]
-    back = ks.read_dataset(spark, store, "tz")
+    back = ks.read_dataset(store, "tz", spark=spark)
     assert_rows_equal(back.collect(), df.collect())
     # pushed literals: a Berlin wall time (04:00 CET = 03:00 UTC), an explicit offset, a range
     hit = back.filter(F.col("ts") == F.lit("2024-10-27 04:00:00").cast("timestamp")).collect()
@@ -379,11 +379,11 @@ def test_timestamps_and_dates_at_the_extremes(spark, store, how):
     included), read back exactly in Spark (pushed and not) and in pandas."""
     df = extremes_frame(spark)
     if how == "store_dataset":
-        ks.store_dataset(df, store, "ext", partition_on=["kind"], secondary_indices=["valid_to"])
+        ks.store_dataset(store, "ext", df, partition_on=["kind"], secondary_indices=["valid_to"])
     else:
         (df.write.format("kstore").option("dataset_uuid", "ext").option("partition_on", "kind")
            .option("secondary_indices", "valid_to").mode("overwrite").save(store))
-    back = ks.read_dataset(spark, store, "ext")
+    back = ks.read_dataset(store, "ext", spark=spark)
 
     def canon(d):  # PySpark cannot collect year-1 TimestampType values (local-time conversion)
         return d.selectExpr("id", "unix_micros(valid_to) AS valid_to", "ntz", "d", "kind").collect()
@@ -393,7 +393,7 @@ def test_timestamps_and_dates_at_the_extremes(spark, store, how):
                  "ntz > timestamp_ntz'2262-04-11 00:00:00'", "d = DATE'0001-01-01'", "d > DATE'2262-04-11'"]:
         got = sorted(r.id for r in back.filter(cond).select("id").collect())
         assert got == sorted(r.id for r in df.filter(cond).select("id").collect()), cond
-    pushed = ks.read_dataset(spark, store, "ext", predicates=[[("valid_to", ">", dt.datetime(2262, 4, 12, tzinfo=UTC))]])
+    pushed = ks.read_dataset(store, "ext", predicates=[[("valid_to", ">", dt.datetime(2262, 4, 12, tzinfo=UTC))]], spark=spark)
     assert [r.id for r in pushed.select("id").collect()] == [0]
     pdf = kstore.read_dataset(store, "ext").sort_values("id")
     assert pdf["valid_to"].tolist()[:3] == [pd.Timestamp("9999-12-31 23:59:59.999999", tz="UTC"),
@@ -421,20 +421,20 @@ def test_unsupported_types_fail_before_writing(spark, store, ddl, column, spark_
     df = spark.createDataFrame([], ddl)
     with pytest.raises(UnsupportedTypeError, match=rf"dataset 'bad': column '{re.escape(column)}' has Spark type "
                                                     rf"{re.escape(spark_type)}"):
-        ks.store_dataset(df, store, "bad")
+        ks.store_dataset(store, "bad", df)
     assert list(kstore.open_store(store).iter_prefix("")) == []
 
 
 def test_bad_columns_fail_before_writing(spark, store):
     df = spark.createDataFrame([(1, [1], 2.0)], "id long, arr array<int>, v double")
     with pytest.raises(ColumnNotFoundError, match="'nope'"):
-        ks.store_dataset(df, store, "bad", secondary_indices=["nope"])
+        ks.store_dataset(store, "bad", df, secondary_indices=["nope"])
     with pytest.raises(UnsupportedTypeError, match="'arr'"):
-        ks.store_dataset(df, store, "bad", partition_on=["arr"])
+        ks.store_dataset(store, "bad", df, partition_on=["arr"])
     with pytest.raises(UnsupportedTypeError, match="'arr'"):
-        ks.store_dataset(df, store, "bad", secondary_indices=["arr"])
+        ks.store_dataset(store, "bad", df, secondary_indices=["arr"])
     with pytest.raises(InvalidArgumentError, match="memory store"):
-        ks.store_dataset(df, "memory://spark-test", "bad")
+        ks.store_dataset("memory://spark-test", "bad", df)
     assert list(kstore.open_store(store).iter_prefix("")) == []
 
 
@@ -461,54 +461,54 @@ def ids_of(store: str, uuid: str, **kwargs) -> list[int]:
 
 def test_store_dataset_modes(spark, store):
     a = frame(spark, range(10), "d1")
-    ks.store_dataset(a, store, "m", partition_on="day", secondary_indices="loc")
+    ks.store_dataset(store, "m", a, partition_on="day", secondary_indices="loc")
     with pytest.raises(DatasetExistsError, match="'m' already exists"):
-        ks.store_dataset(a, store, "m", partition_on="day")
+        ks.store_dataset(store, "m", a, partition_on="day")
     assert ids_of(store, "m") == list(range(10))
-    meta = ks.store_dataset(frame(spark, range(10, 15), "d2"), store, "m", mode="append")
+    meta = ks.store_dataset(store, "m", frame(spark, range(10, 15), "d2"), mode="append")
     assert meta.version == 1 and ids_of(store, "m") == list(range(15))
     assert set(meta.indices) == {"loc"}  # the index covers the new files too
     assert any(lab.startswith("day=d2/") for lab in kstore.index_lookup(store, "m", "loc", 0))
     assert ids_of(store, "m", predicates=[[("loc", "==", 0)]]) == [0, 5, 10]
-    meta = ks.store_dataset(frame(spark, range(100, 103), "d1"), store, "m", mode="overwrite_partitions")
+    meta = ks.store_dataset(store, "m", frame(spark, range(100, 103), "d1"), mode="overwrite_partitions")
     assert ids_of(store, "m") == [10, 11, 12, 13, 14, 100, 101, 102]
-    meta = ks.store_dataset(frame(spark, [7], "d9"), store, "m", mode="overwrite", partition_on="day")
+    meta = ks.store_dataset(store, "m", frame(spark, [7], "d9"), mode="overwrite", partition_on="day")
     assert ids_of(store, "m") == [7] and meta.version == 3
     # append to a missing dataset creates it (Spark's semantics)
-    ks.store_dataset(frame(spark, [1, 2]), store, "fresh", mode="append", partition_on="day")
+    ks.store_dataset(store, "fresh", frame(spark, [1, 2]), mode="append", partition_on="day")
     assert ids_of(store, "fresh") == [1, 2]
     with pytest.raises(InvalidArgumentError, match="partitioned on"):
-        ks.store_dataset(frame(spark, [3]), store, "fresh", mode="append", partition_on="loc")
+        ks.store_dataset(store, "fresh", frame(spark, [3]), mode="append", partition_on="loc")
     wrong = spark.createDataFrame([(1, "x", "not a number", 1.0)], "id long, day string, loc string, v double")
     with pytest.raises(SchemaMismatchError, match="'loc'"):
-        ks.store_dataset(wrong, store, "fresh", mode="append")
+        ks.store_dataset(store, "fresh", wrong, mode="append")
     assert len(data_keys(store, "fresh")) == len(referenced_data_keys(store, "fresh"))  # nothing written
 
 
 def test_update_dataset(spark, store):
-    ks.store_dataset(frame(spark, range(6), "d1").union(frame(spark, range(6, 9), "d2")), store, "u",
+    ks.store_dataset(store, "u", frame(spark, range(6), "d1").union(frame(spark, range(6, 9), "d2")),
                      partition_on="day")
     with pytest.raises(DatasetNotFoundError):
-        ks.update_dataset(frame(spark, [1]), store, "missing")
-    meta = ks.update_dataset(frame(spark, [50], "d3"), store, "u", delete_scope=[{"day": "d1"}])
+        ks.update_dataset(store, "missing", frame(spark, [1]))
+    meta = ks.update_dataset(store, "u", frame(spark, [50], "d3"), delete_scope=[{"day": "d1"}])
     assert ids_of(store, "u") == [6, 7, 8, 50] and meta.version == 1
-    meta = ks.update_dataset(frame(spark, [60, 61], "d2"), store, "u", mode="overwrite_partitions")
+    meta = ks.update_dataset(store, "u", frame(spark, [60, 61], "d2"), mode="overwrite_partitions")
     assert ids_of(store, "u") == [50, 60, 61]
-    meta = ks.update_dataset(None, store, "u", delete_scope=[{"day": "d3"}])
+    meta = ks.update_dataset(store, "u", None, delete_scope=[{"day": "d3"}])
     assert ids_of(store, "u") == [60, 61] and meta.version == 3
     # schema evolution needs schema_mode="merge"
     extra = frame(spark, [70], "d4").withColumn("w", F.lit("new"))
     with pytest.raises(SchemaMismatchError, match="schema_mode='merge'"):
-        ks.update_dataset(extra, store, "u")
-    ks.update_dataset(extra, store, "u", schema_mode="merge")
+        ks.update_dataset(store, "u", extra)
+    ks.update_dataset(store, "u", extra, schema_mode="merge")
     got = kstore.read_dataset(store, "u").sort_values("id")
     assert got["w"].tolist()[-1] == "new" and got["w"].isna().sum() == 2
 
 
 def test_txn_makes_retries_idempotent(spark, store):
-    ks.store_dataset(frame(spark, range(3)), store, "t", partition_on="day")
-    m1 = ks.update_dataset(frame(spark, [10]), store, "t", txn=("job-a", 1))
-    m2 = ks.update_dataset(frame(spark, [10]), store, "t", txn=("job-a", 1))  # a re-run of batch 1
+    ks.store_dataset(store, "t", frame(spark, range(3)), partition_on="day")
+    m1 = ks.update_dataset(store, "t", frame(spark, [10]), txn=("job-a", 1))
+    m2 = ks.update_dataset(store, "t", frame(spark, [10]), txn=("job-a", 1))  # a re-run of batch 1
     assert m1.version == m2.version == 1 and ids_of(store, "t") == [0, 1, 2, 10]
     assert len(data_keys(store, "t")) == len(referenced_data_keys(store, "t"))
 
@@ -533,12 +533,12 @@ def test_datasource_modes(spark, store):
 
 
 def test_time_travel(spark, store):
-    ks.store_dataset(frame(spark, range(3)), store, "tt", partition_on="day")
+    ks.store_dataset(store, "tt", frame(spark, range(3)), partition_on="day")
     time.sleep(0.05)
     cut = dt.datetime.now(UTC)
     time.sleep(0.05)
-    ks.update_dataset(frame(spark, [10]), store, "tt")
-    ks.store_dataset(frame(spark, [20]), store, "tt", mode="overwrite", partition_on="day")
+    ks.update_dataset(store, "tt", frame(spark, [10]))
+    ks.store_dataset(store, "tt", frame(spark, [20]), mode="overwrite", partition_on="day")
 
     def ids(**opts):
         reader = spark.read.format("kstore").option("dataset_uuid", "tt")
@@ -550,19 +550,19 @@ def test_time_travel(spark, store):
     assert ids(version="0") == [0, 1, 2]
     assert ids(version="1") == [0, 1, 2, 10]
     assert ids(as_of=cut.isoformat()) == [0, 1, 2]
-    assert sorted(r.id for r in ks.read_dataset(spark, store, "tt", version=1).collect()) == [0, 1, 2, 10]
+    assert sorted(r.id for r in ks.read_dataset(store, "tt", version=1, spark=spark).collect()) == [0, 1, 2, 10]
     # a DataFrame keeps the version it was created on
     pinned = spark.read.format("kstore").option("dataset_uuid", "tt").load(store)
-    ks.update_dataset(frame(spark, [30]), store, "tt")
+    ks.update_dataset(store, "tt", frame(spark, [30]))
     assert sorted(r.id for r in pinned.collect()) == [20]
     assert ids() == [20, 30]
 
 
 def test_empty_dataframe(spark, store):
     empty = spark.createDataFrame([], "id long, day string, v double")
-    meta = ks.store_dataset(empty, store, "e", partition_on="day")
+    meta = ks.store_dataset(store, "e", empty, partition_on="day")
     assert meta.partitions == {} or len(meta.partitions) == 0
-    back = ks.read_dataset(spark, store, "e")
+    back = ks.read_dataset(store, "e", spark=spark)
     assert back.count() == 0 and back.schema.fieldNames() == ["day", "id", "v"]
     assert back.filter("id = 1").count() == 0
 
@@ -584,7 +584,7 @@ def push_frame(spark):
 def pushed(spark, store, tmp_path):
     """The pushdown dataset (one file per partition) and a store factory that logs opens."""
     log = OpenLog(store, str(tmp_path / "opens.log"))
-    ks.store_dataset(push_frame(spark), store, "push", partition_on=["p"], secondary_indices=["loc", "z"],
+    ks.store_dataset(store, "push", push_frame(spark), partition_on=["p"], secondary_indices=["loc", "z"],
                      shuffle="repartition")
     assert len(kstore.load_metadata(store, "push").partitions) == 4
     log.reset()
@@ -623,7 +623,7 @@ def test_predicates_prune_files_and_filters_are_exact(spark, store, pushed, spar
     there kstore takes no ``.filter`` pushdown (every file is read, Spark filters); where
     scans keep their own plan, pushed filters prune like predicates."""
     expected = sorted(r["id"] for r in push_rows() if python_filter(r))
-    df = ks.read_dataset(spark, pushed, "push", predicates=dnf)
+    df = ks.read_dataset(pushed, "push", predicates=dnf, spark=spark)
     if dnf is None:
         df = df.filter(spark_filter)
     assert sorted(r.id for r in df.collect()) == expected
@@ -631,13 +631,13 @@ def test_predicates_prune_files_and_filters_are_exact(spark, store, pushed, spar
     assert len(opened) == files, opened
     assert all("/p=" in k for k in opened) and len(set(opened)) == len(opened)
     pushed.reset()
-    df = ks.read_dataset(spark, pushed, "push").filter(spark_filter)
+    df = ks.read_dataset(pushed, "push", spark=spark).filter(spark_filter)
     assert sorted(r.id for r in df.collect()) == expected
     assert len(pushed.keys()) == (pushed_files if ks.scans_keep_own_read_plan(spark) else 4)
 
 
 def test_negated_filters_are_exact(spark, store, pushed):
-    base = ks.read_dataset(spark, pushed, "push")
+    base = ks.read_dataset(pushed, "push", spark=spark)
     rows = push_rows()
     cases = {
         "NOT loc IN (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)": lambda r: r["loc"] >= 10,
@@ -652,16 +652,16 @@ def test_negated_filters_are_exact(spark, store, pushed):
 
 
 def test_pushdown_with_predicates_option_and_reuse(spark, store, pushed):
-    df = ks.read_dataset(spark, pushed, "push", predicates=[[("loc", "==", 15)], [("p", "==", "d")]])
+    df = ks.read_dataset(pushed, "push", predicates=[[("loc", "==", 15)], [("p", "==", "d")]], spark=spark)
     assert df.count() == 10 + PUSH_N // 4
     assert len(pushed.keys()) == 2
     pushed.reset()
-    narrow = ks.read_dataset(spark, pushed, "push", columns=["id", "loc"])
+    narrow = ks.read_dataset(pushed, "push", columns=["id", "loc"], spark=spark)
     assert narrow.columns == ["id", "loc"]
     assert sorted(r.id for r in narrow.filter("loc = 15").collect()) == [r["id"] for r in push_rows() if r["loc"] == 15]
     pushed.reset()
     # the same DataFrame, reused with and without filters: every query is planned afresh
-    base = ks.read_dataset(spark, pushed, "push")
+    base = ks.read_dataset(pushed, "push", spark=spark)
     assert base.filter("loc = 15").count() == 10
     assert base.count() == PUSH_N
     assert base.filter("loc % 10 = 0").count() == PUSH_N // 10
@@ -685,7 +685,7 @@ def test_plain_load_filters_are_exact(spark, store, pushed):
 
 
 def reuse_dataset(spark, store):
-    ks.store_dataset(spark.range(100).selectExpr("id", "cast(id % 10 as int) as loc"), store, "d",
+    ks.store_dataset(store, "d", spark.range(100).selectExpr("id", "cast(id % 10 as int) as loc"),
                      partition_on=["loc"])
 
 
@@ -695,7 +695,7 @@ def test_union_and_self_join_of_one_dataframe_are_exact(spark, store, load):
     (the issue's examples: 200 and 50 rows were returned for 110 and 0)."""
     reuse_dataset(spark, store)
     if load == "read_dataset":
-        d = ks.read_dataset(spark, store, "d")
+        d = ks.read_dataset(store, "d", spark=spark)
     else:
         d = spark.read.format("kstore").option("dataset_uuid", "d").load(store)
     ids = range(100)
@@ -752,8 +752,8 @@ def test_decimal_38_filters_are_exact(spark, store):
     Spark filters, the predicates option (list and JSON) and pandas agree with Spark's
     own filtering of the source."""
     df = spark.createDataFrame([(i, v) for i, v in enumerate(DEC)], "id long, dec decimal(38,10)")
-    ks.store_dataset(df, store, "dec", secondary_indices=["id"])
-    back = ks.read_dataset(spark, store, "dec")
+    ks.store_dataset(store, "dec", df, secondary_indices=["id"])
+    back = ks.read_dataset(store, "dec", spark=spark)
     big = "123456789012345678901234567.0123456789"
     for cond in [f"dec = {big}", f"dec < {big}", f"dec IN ({big})", f"dec != {big}", f"dec >= {big}",
                  f"NOT dec IN ({big}, 1.5)", "dec > -9999999999999999999999999999.9999999998"]:
@@ -761,7 +761,7 @@ def test_decimal_38_filters_are_exact(spark, store):
         assert sorted(r.id for r in back.filter(cond).collect()) == want, cond
     for op, lit in [("==", DEC[0]), ("<", DEC[0]), ("in", [DEC[0]]), ("!=", DEC[0]), (">", DEC[2])]:
         want = sorted(i for i, v in enumerate(DEC) if v is not None and _cmp_py(v, op, lit))
-        got = ks.read_dataset(spark, store, "dec", predicates=[[("dec", op, lit)]])
+        got = ks.read_dataset(store, "dec", predicates=[[("dec", op, lit)]], spark=spark)
         assert sorted(r.id for r in got.collect()) == want, (op, lit)
         assert sorted(kstore.read_dataset(store, "dec", predicates=[[("dec", op, lit)]])["id"]) == want
     as_json = f'[[["dec", "==", {big}]]]'
@@ -779,28 +779,27 @@ def test_appending_a_narrower_type_keeps_the_dataset_type(spark, store, how):
     row with the dataset's type (the wider of the two: int for int and byte), old rows exact."""
     first = spark.createDataFrame([(1, 0.1, 2**40, 70000)], "id long, f double, l long, i int")
     more = spark.createDataFrame([(2, 0.5, 3, 5)], "id long, f float, l int, i byte")
-    ks.store_dataset(first, store, "n")
+    ks.store_dataset(store, "n", first)
     if how == "store_dataset":
-        ks.update_dataset(more, store, "n")
+        ks.update_dataset(store, "n", more)
     else:
         more.write.format("kstore").option("dataset_uuid", "n").mode("append").save(store)
-    back = ks.read_dataset(spark, store, "n")
+    back = ks.read_dataset(store, "n", spark=spark)
     assert {f.name: f.dataType for f in back.schema.fields} == {
         "id": T.LongType(), "f": T.DoubleType(), "l": T.LongType(), "i": T.IntegerType()}
     assert sorted((r.id, r.f, r.l, r.i) for r in back.collect()) == [(1, 0.1, 2**40, 70000), (2, 0.5, 3, 5)]
     # the same type again keeps it; a new column keeps the written type
-    ks.update_dataset(spark.createDataFrame([(3, 1.0, 4, 6, 7)], "id long, f double, l long, i long, s short"),
-                      store, "n", schema_mode="merge")
-    assert ks.read_dataset(spark, store, "n").schema["s"].dataType == T.ShortType()
+    ks.update_dataset(store, "n", spark.createDataFrame([(3, 1.0, 4, 6, 7)], "id long, f double, l long, i long, s short"), schema_mode="merge")
+    assert ks.read_dataset(store, "n", spark=spark).schema["s"].dataType == T.ShortType()
 
 
 def test_pandas_append_onto_spark_types_reads_exactly_in_spark(spark, store):
     """A Spark ``int`` / ``float`` column, then pandas appends 2**40 and 0.1: Spark reads the
     dataset types (long / double) from then on, every value exact."""
-    ks.store_dataset(spark.createDataFrame([(1, 5, 0.5)], "id long, i int, f float"), store, "pd")
-    assert ks.read_dataset(spark, store, "pd").schema["i"].dataType == T.IntegerType()
+    ks.store_dataset(store, "pd", spark.createDataFrame([(1, 5, 0.5)], "id long, i int, f float"))
+    assert ks.read_dataset(store, "pd", spark=spark).schema["i"].dataType == T.IntegerType()
     kstore.update_dataset(store, "pd", pd.DataFrame({"id": [2], "i": [2**40], "f": [0.1]}))
-    back = ks.read_dataset(spark, store, "pd")
+    back = ks.read_dataset(store, "pd", spark=spark)
     assert back.schema["i"].dataType == T.LongType() and back.schema["f"].dataType == T.DoubleType()
     assert sorted((r.id, r.i, r.f) for r in back.collect()) == [(1, 5, 0.5), (2, 2**40, 0.1)]
     # pandas does not keep Spark's narrower types: the recorded Spark schema is dropped
@@ -808,10 +807,10 @@ def test_pandas_append_onto_spark_types_reads_exactly_in_spark(spark, store):
 
 
 def test_unknown_options_are_refused_and_delta_names_accepted(spark, store):
-    ks.store_dataset(frame(spark, range(3)), store, "o", partition_on="day")
-    ks.update_dataset(frame(spark, [10]), store, "o")
+    ks.store_dataset(store, "o", frame(spark, range(3)), partition_on="day")
+    ks.update_dataset(store, "o", frame(spark, [10]))
     cut = dt.datetime.now(UTC)
-    ks.update_dataset(frame(spark, [20]), store, "o")
+    ks.update_dataset(store, "o", frame(spark, [20]))
 
     def ids(**opts):
         reader = spark.read.format("kstore").option("dataset_uuid", "o")
@@ -836,14 +835,14 @@ def test_unknown_options_are_refused_and_delta_names_accepted(spark, store):
 
 
 def test_partitions_group_small_files(spark, store):
-    ks.store_dataset(frame(spark, range(40)).repartition(4), store, "g", partition_on="day", chunk_bytes=1)
+    ks.store_dataset(store, "g", frame(spark, range(40)).repartition(4), partition_on="day", chunk_bytes=1)
     n_files = len(kstore.load_metadata(store, "g").partitions)
     assert n_files >= 4
-    spread = ks.read_dataset(spark, store, "g")  # tiny files: spread over defaultParallelism (2) tasks
+    spread = ks.read_dataset(store, "g", spark=spark)  # tiny files: spread over defaultParallelism (2) tasks
     assert 2 <= spread.rdd.getNumPartitions() <= 3
     one = spark.read.format("kstore").option("dataset_uuid", "g").option("min_partitions", "1").load(store)
     assert one.rdd.getNumPartitions() == 1
-    each = ks.read_dataset(spark, store, "g", partition_bytes=1)
+    each = ks.read_dataset(store, "g", partition_bytes=1, spark=spark)
     assert each.rdd.getNumPartitions() == n_files
     assert sorted(r.id for r in each.collect()) == list(range(40))
 
@@ -953,13 +952,13 @@ def rows_in_partition(df, i: int) -> int:
 
 
 def test_task_failure_mid_write_leaves_dataset_unchanged(spark, store, tmp_path, small_batches):
-    ks.store_dataset(frame(spark, range(5)), store, "f", partition_on="day")
+    ks.store_dataset(store, "f", frame(spark, range(5)), partition_on="day")
     before = kstore.load_metadata(store, "f")
     src = two_partitions(spark)
     n0 = -(-rows_in_partition(src, 0) // 10)  # partition 0's chunks (one file per 10-row batch)
     failing = FailingLog(store, str(tmp_path / "calls.log"), partition=1, after=3, wait_for=n0 + 3)
     with pytest.raises(Exception, match="injected failure"):
-        ks.update_dataset(src, failing, "f", chunk_bytes=1)
+        ks.update_dataset(failing, "f", src, chunk_bytes=1)
     after = kstore.load_metadata(store, "f")
     assert after.version == before.version and dict(after.partitions) == dict(before.partitions)
     assert ids_of(store, "f") == list(range(5))
@@ -978,18 +977,18 @@ def test_task_failure_mid_write_leaves_dataset_unchanged(spark, store, tmp_path,
 
 
 def test_failing_upstream_task_commits_nothing(spark, store, small_batches):
-    ks.store_dataset(frame(spark, range(5)), store, "f", partition_on="day")
+    ks.store_dataset(store, "f", frame(spark, range(5)), partition_on="day")
     src = two_partitions(spark)
     bad = src.mapInArrow(FailInPartition(1, after=3), src.schema)
     with pytest.raises(Exception, match="injected failure"):
-        ks.update_dataset(bad, store, "f", chunk_bytes=1)
+        ks.update_dataset(store, "f", bad, chunk_bytes=1)
     assert kstore.load_metadata(store, "f").version == 0 and ids_of(store, "f") == list(range(5))
     kstore.garbage_collect(store, "f", retention=timedelta(0), enforce_retention_duration=False)
     assert data_keys(store, "f") == referenced_data_keys(store, "f")
 
 
 def test_datasource_write_failure_aborts(spark, store, tmp_path, small_batches):
-    ks.store_dataset(frame(spark, range(5)), store, "f", partition_on="day")
+    ks.store_dataset(store, "f", frame(spark, range(5)), partition_on="day")
     src = two_partitions(spark)
     n0 = -(-rows_in_partition(src, 0) // 10)
     failing = FailingLog(store, str(tmp_path / "calls.log"), partition=1, after=3, wait_for=n0 + 3)
@@ -1008,7 +1007,7 @@ def test_datasource_write_failure_aborts(spark, store, tmp_path, small_batches):
 def test_retried_task_commits_only_the_successful_attempt(spark, store, tmp_path, small_batches):
     src = two_partitions(spark)
     flaky = FailingLog(store, str(tmp_path / "calls.log"), partition=1, after=3, first_attempt_only=True)
-    meta = ks.store_dataset(src, flaky, "r", partition_on="day", chunk_bytes=1)
+    meta = ks.store_dataset(flaky, "r", src, partition_on="day", chunk_bytes=1)
     assert ids_of(store, "r") == list(range(100, 300))  # no row twice, none missing
     n_files = -(-rows_in_partition(src, 0) // 10) + -(-rows_in_partition(src, 1) // 10)
     assert meta.version == 0 and len(meta.partitions) == n_files
@@ -1027,7 +1026,7 @@ def test_a_python_worker_dying_mid_write_is_retried_and_commits_every_row_once(s
     garbage collection removes."""
     src = two_partitions(spark)
     dying = FailingLog(store, str(tmp_path / "calls.log"), partition=1, after=3, first_attempt_only=True, die=True)
-    meta = ks.store_dataset(src, dying, "k", partition_on="day", chunk_bytes=1)
+    meta = ks.store_dataset(dying, "k", src, partition_on="day", chunk_bytes=1)
     assert ids_of(store, "k") == list(range(100, 300))  # no row twice, none missing
     n_files = -(-rows_in_partition(src, 0) // 10) + -(-rows_in_partition(src, 1) // 10)
     assert meta.version == 0 and len(meta.partitions) == n_files
@@ -1053,7 +1052,7 @@ def interop_frame(spark):
 
 def test_spark_dataset_reads_the_same_in_pandas_dask_and_plateau(spark, store):
     df = interop_frame(spark)
-    ks.store_dataset(df, store, "inter", partition_on=["p"], secondary_indices=["loc"])
+    ks.store_dataset(store, "inter", df, partition_on=["p"], secondary_indices=["loc"])
     expected = kstore.read_dataset(store, "inter").sort_values("id").reset_index(drop=True)
     src = df.toPandas()
     assert expected["id"].tolist() == list(range(60))
@@ -1099,7 +1098,7 @@ def test_pandas_written_dataset_reads_in_spark(spark, store):
                         "t": pd.date_range("2024-01-01", periods=10, freq="h", tz="Europe/Berlin"),
                         "u": np.arange(10, dtype="uint64") + 2**63})
     kstore.store_dataset(store, "pd", pdf, partition_on=["p"], secondary_indices=["x"])
-    back = ks.read_dataset(spark, store, "pd")
+    back = ks.read_dataset(store, "pd", spark=spark)
     assert back.schema["u"].dataType == T.DecimalType(20, 0) and back.schema["t"].dataType == T.TimestampType()
     rows = sorted(back.collect(), key=lambda r: r.id)
     assert [r.u for r in rows] == [Decimal(2**63 + i) for i in range(10)]
@@ -1109,8 +1108,8 @@ def test_pandas_written_dataset_reads_in_spark(spark, store):
     more = spark.createDataFrame([(10, "a", 1, dt.datetime(2024, 2, 1, tzinfo=UTC), Decimal(5))],
                                  "id long, p string, x long, t timestamp, u decimal(20,0)")
     with pytest.raises(SchemaMismatchError, match="'u'"):
-        ks.update_dataset(more, store, "pd")
-    ks.update_dataset(more.drop("u"), store, "pd", schema_mode="merge")
+        ks.update_dataset(store, "pd", more)
+    ks.update_dataset(store, "pd", more.drop("u"), schema_mode="merge")
     got = kstore.read_dataset(store, "pd").sort_values("id")
     assert str(got["t"].dt.tz) == "Europe/Berlin"  # Spark's timestamps were written in the dataset's zone
     assert got["t"].iloc[-1] == pd.Timestamp("2024-02-01", tz="UTC") and got["u"].isna().sum() == 1

@@ -361,7 +361,7 @@ def test_column_pruning_bytes_read(spark, store, tmp_path):
     wide = spark.range(20_000).selectExpr(
         "id", "CAST(id % 4 AS STRING) AS day", "CAST(id % 50 AS INT) AS qty",
         *[f"sha2(CAST(id * {k} AS STRING), 256) AS w{k}" for k in range(1, 5)])
-    ks.store_dataset(wide, store, "wide", partition_on="day", shuffle="repartition")
+    ks.store_dataset(store, "wide", wide, partition_on="day", shuffle="repartition")
     log = tmp_path / "bytes.log"
     counted = ks.store_option(lambda: _CountingStore(store, str(log)))
     want = sorted(k % 50 for k in range(20_000))
@@ -418,7 +418,7 @@ def test_explain_shows_the_read_schema_and_what_spark_pushed(spark, store):
     assert "PushedFilters" not in plan and "predicates" not in plan and "d2" not in plan
     assert sorted(tuple(r) for r in df.collect()) == [(7, "d2"), (8, "d2")]
     # what kstore's planner keeps for the predicates option: kstore.plan_read(...).explain()
-    text = kstore.plan_read(store, "ex", [[("day", "==", "d2")]]).explain()
+    text = kstore.plan_read(store, "ex", predicates=[[("day", "==", "d2")]]).explain()
     labels = list(kstore.load_metadata(store, "ex").partitions)
     kept = sum(1 for label in labels if label.startswith("day=d2/"))
     assert f"partition index day: {len(labels)} -> {kept}" in text and kept >= 1

@@ -37,4 +37,4 @@ def reads(store: StoreLike) -> None:
 
 
 def spark_read(spark: SparkSession, store: StoreLike) -> DataFrame:
-    return kstore.spark.read_dataset(spark, store, "d", columns=["x"], filters=flat)
+    return kstore.spark.read_dataset(store, "d", columns=["x"], filters=flat, spark=spark)

@@ -39,7 +39,7 @@ as_of_text: AsOf = "2024-01-01T00:00:00Z"
 def reads(store: StoreLike) -> None:
     table: pa.Table = kstore.read_dataset(store, "d", ["x"], terms, as_arrow=True)
     frame = kstore.read_dataset(store, "d", predicates=dnf, as_of=as_of_text)
-    plan = kstore.plan_read(store, "d", flat, version=3)
+    plan = kstore.plan_read(store, "d", predicates=flat, version=3)
     keys: tuple[str, ...] = plan.keys
     meta = kstore.load_metadata(store, "d")
     version: int | None = meta.version
