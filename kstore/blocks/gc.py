@@ -362,11 +362,11 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
 def _write_verified_checkpoint(store: Store, meta: DatasetMetadata) -> None:
     """Write the checkpoint a retained version will be replayed from once the entries below
     it are gone, and read it back: a checkpoint that does not decode (a store that damaged
-    it) is written again, and GC stops with a StoreError (deleting nothing) if it still
-    does not."""
+    it) is written again (replacing it), and GC stops with a StoreError (deleting nothing)
+    if it still does not."""
     assert meta.version is not None
-    for _ in range(5):
-        write_checkpoint(store, meta, best_effort=False)
+    for attempt in range(5):
+        write_checkpoint(store, meta, best_effort=False, replace=attempt > 0)
         try:
             load.load_checkpoint(store, meta.uuid, meta.version)
             return
