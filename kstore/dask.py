@@ -62,6 +62,7 @@ from kstore.blocks.read import concat_tables, empty_table, nullable_columns, rea
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import AsOf, as_bool, predicates_or_filters, store_uuid_data
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask
@@ -320,6 +321,7 @@ def _write(
     must_exist: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: bool = True,
 ) -> DatasetMetadata | Delayed:
     # 1. validate everything on the client, before any task runs
@@ -344,7 +346,7 @@ def _write(
     job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on, secondary_indices=secondary_indices,
                         table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
                         metadata_format=metadata_format, txn=txn, must_exist=must_exist,
-                        write_options=write_options, sort_by=sort_by)
+                        write_options=write_options, sort_by=sort_by, commit_options=commit_options)
     if job.already_committed:  # a re-submitted transaction: already committed, nothing to write
         return job.existing if compute else delayed(_existing, pure=False)(job.existing)
     pon, sec = job.partition_on, job.index_columns
@@ -444,6 +446,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: Literal[True] = ...,
 ) -> DatasetMetadata: ...
 
@@ -467,6 +470,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: Literal[False],
 ) -> Delayed: ...
 
@@ -489,6 +493,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: bool = True,
 ) -> DatasetMetadata | Delayed:
     """Write a Dask DataFrame as a dataset: every partition writes its own files, then ONE commit.
@@ -520,8 +525,9 @@ def store_dataset(
         With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset: ``"strict"``
         (the schema must match) or ``"merge"`` (new columns are added), as in
         :func:`kstore.update_dataset`.
-    write_options, sort_by
-        As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file).
+    write_options, sort_by, commit_options
+        As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file;
+        ``CommitOptions`` of the one commit).
     compute
         ``False``: check the arguments now and return a ``dask.delayed`` that writes the
         files and makes the commit when computed (its result is the committed metadata);
@@ -557,7 +563,7 @@ def store_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=metadata_format,
                   table_name=table_name, delete_scope=None, schema_mode=schema_mode, txn=txn,
-                  write_options=write_options, sort_by=sort_by, compute=compute)
+                  write_options=write_options, sort_by=sort_by, commit_options=commit_options, compute=compute)
 
 
 @overload
@@ -578,6 +584,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: Literal[True] = ...,
 ) -> DatasetMetadata: ...
 
@@ -600,6 +607,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: Literal[False],
 ) -> Delayed: ...
 
@@ -621,6 +629,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     compute: bool = True,
 ) -> DatasetMetadata | Delayed:
     """Append a Dask DataFrame to a dataset (and/or delete partitions), in ONE commit.
@@ -644,7 +653,7 @@ def update_dataset(
         ``[{partition column: value}, ...]``: partitions removed in the same commit.
     schema_mode
         ``"strict"`` or ``"merge"`` (new columns allowed), as in :func:`kstore.update_dataset`.
-    metadata, txn, write_options, sort_by
+    metadata, txn, write_options, sort_by, commit_options
         As in :func:`kstore.update_dataset`.
     compute
         ``False``: return a ``dask.delayed`` as in :func:`store_dataset`.
@@ -672,7 +681,8 @@ def update_dataset(
                   secondary_indices=secondary_indices, shuffle=shuffle, bucket_by=bucket_by,
                   num_buckets=num_buckets, metadata=metadata, metadata_format=None,
                   table_name=naming.DEFAULT_TABLE, delete_scope=delete_scope, schema_mode=schema_mode, txn=txn,
-                  must_exist=True, write_options=write_options, sort_by=sort_by, compute=compute)
+                  must_exist=True, write_options=write_options, sort_by=sort_by, commit_options=commit_options,
+                  compute=compute)
 
 
 # ---------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from kstore.core.arguments import (
     looks_like_predicates,
     predicates_or_filters,
 )
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan
@@ -91,6 +92,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     progress: ProgressLike = False,
     overwrite: bool | None = None,
 ) -> DatasetMetadata:
@@ -143,6 +145,11 @@ def store_dataset(
     sort_by
         Sort the rows inside every file by these columns (clustering), so row-group
         statistics skip data for predicates on them.
+    commit_options
+        :class:`~kstore.CommitOptions` or a dict of its fields, the same on every engine and
+        on :class:`~kstore.Snapshot`: ``info`` (recorded with this version, shown by
+        ``history()``), ``max_attempts`` (retries when other writers commit first), and
+        ``txn`` / ``metadata`` (or their keywords; not both).
     progress
         ``True`` for a progress bar on stderr (files written), or a callable
         ``progress(files_written, None)`` (see :mod:`kstore.io.progress`); off by default.
@@ -179,7 +186,7 @@ def store_dataset(
         job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
                             secondary_indices=secondary_indices, table_name=table_name, schema_mode=schema_mode,
                             metadata=metadata, metadata_format=metadata_format, txn=txn,
-                            write_options=write_options, sort_by=sort_by)
+                            write_options=write_options, sort_by=sort_by, commit_options=commit_options)
         if job.already_committed:
             return job.existing  # a retried job: nothing to write
         files, schema = write_files(job, data)
@@ -200,6 +207,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
     progress: ProgressLike = False,
 ) -> DatasetMetadata:
     """Append ``data`` and/or delete the partitions matching ``delete_scope``, in one commit.
@@ -235,7 +243,7 @@ def update_dataset(
         ones are null).
     txn
         ``(app_id, version)`` for idempotent retries, as in :func:`store_dataset`.
-    write_options, sort_by, progress
+    write_options, sort_by, commit_options, progress
         As in :func:`store_dataset`.
 
     Returns
@@ -259,7 +267,7 @@ def update_dataset(
         job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
                             secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
                             metadata=metadata, txn=txn, must_exist=True, write_options=write_options,
-                            sort_by=sort_by)
+                            sort_by=sort_by, commit_options=commit_options)
         if job.already_committed:
             return job.existing  # re-submitted transaction: nothing to do
         files, schema = write_files(job, data) if data is not None else ([], None)

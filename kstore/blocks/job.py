@@ -41,7 +41,7 @@ from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import WrittenFile, delete_files, iter_tables, table_schema, to_arrow, write_partitions
 from kstore.core import naming, serialize
 from kstore.core.arguments import as_choice, as_columns, as_delete_scope, as_txn
-from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS
+from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS, CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation, OperationKind
@@ -112,6 +112,15 @@ class WriteJob:
                 and self.base.txns.get(self.txn[0], -1) >= self.txn[1])
 
 
+def _one_of(keyword: Any, option: Any, name: str, dataset_uuid: str) -> Any:
+    """A commit setting given as a keyword (``txn=``, ``metadata=``) or in
+    ``commit_options``, not both."""
+    if keyword is not None and option is not None:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: {name}= and commit_options {name!r} were both given; "
+                                   "pass one of them")
+    return option if keyword is None else keyword
+
+
 def prepare_write(
     store: Store,
     dataset_uuid: str,
@@ -129,8 +138,7 @@ def prepare_write(
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
     base: DatasetMetadata | None = None,
-    info: Mapping[str, Any] | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
 ) -> WriteJob:
     """Validate a write and load what it builds on (client side, before any file is written).
 
@@ -139,6 +147,8 @@ def prepare_write(
     data touches. Appending to a missing dataset creates it unless ``must_exist``.
     ``write_options`` (:class:`~kstore.core.writer_options.WriteOptions` or a dict of its
     fields) and ``sort_by`` say how the files are encoded; they are validated here.
+    ``commit_options`` (:class:`~kstore.core.commit_options.CommitOptions` or a dict) say how
+    the commit is made; its ``txn`` and ``metadata`` may be given as keywords instead.
 
     ``base`` (a committed version of this dataset, e.g. a snapshot's metadata) makes the
     write build on that version instead of the newest: partitions an overwrite or delete
@@ -156,6 +166,10 @@ def prepare_write(
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     txn = as_txn(txn)
+    opts = CommitOptions.of(commit_options)
+    txn = _one_of(txn, opts.txn, "txn", dataset_uuid)
+    metadata = _one_of(metadata, plain(opts.metadata), "metadata", dataset_uuid)
+    info, max_attempts = plain(opts.info), opts.max_attempts
     scopes = as_delete_scope(delete_scope, dataset_uuid)
     pon = as_columns(partition_on, "partition_on")
     sec = as_columns(secondary_indices, "secondary_indices")

@@ -38,7 +38,7 @@ from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
 from kstore.core.arguments import as_bool, as_columns, as_workers, predicates_or_filters
-from kstore.core.commit_options import CommitOptions, plain
+from kstore.core.commit_options import CommitOptions
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
@@ -750,12 +750,9 @@ class Snapshot:
                options: CommitOptions | Mapping[str, Any] | None) -> Snapshot:
         from kstore.blocks.job import finish_write, prepare_write, write_files
 
-        opts = CommitOptions.of(options)
         job = prepare_write(self.store, self.dataset_uuid, mode=mode, base=self.metadata, must_exist=True,
                             secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=scope,
-                            metadata=plain(opts.metadata), txn=opts.txn,
-                            write_options=write_options, sort_by=sort_by,
-                            info=plain(opts.info), max_attempts=opts.max_attempts)
+                            write_options=write_options, sort_by=sort_by, commit_options=options)
         if job.already_committed:
             return self
         files, schema = write_files(job, data) if data is not None else ([], None)

@@ -52,6 +52,7 @@ from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import store_uuid_data
+from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.writer_options import WriteOptions
@@ -250,6 +251,7 @@ def prepare_write(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
 ) -> WriteJob:
     """Check a write against the store and the Spark schema; nothing is written.
 
@@ -271,13 +273,14 @@ def prepare_write(
                         secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name, schema_mode=schema_mode,
                         delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format, txn=txn,
                         must_exist=require_existing, write_options=write_options,
-                        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None)
+                        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None,
+                        commit_options=commit_options)
     if core.base_schema is not None and not core.creates:
         file_schema = _tz_like_base(file_schema, core.base_schema)
     schema = check_schema(core, file_schema.empty_table())
     if delete_scope and not core.creates:
         resolve_scope(core.existing, core.base_schema, list(delete_scope))  # validate the scope now
-    user_meta = dict(metadata or {})
+    user_meta = dict(core.metadata or {})
     user_meta[SPARK_SCHEMA_KEY] = (_merge_hint(None, None, spark_schema) if core.creates
                                    else _merge_hint(core.base, core.base_schema, spark_schema))
     return WriteJob(core=replace(core, metadata=user_meta), store=factory, file_schema=file_schema,
@@ -535,6 +538,7 @@ def store_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
 ) -> DatasetMetadata:
     """Write a Spark DataFrame as a kstore dataset: executors write, the driver commits once.
 
@@ -580,9 +584,10 @@ def store_dataset(
     txn
         ``(app_id, version)``: a retry of an already committed write commits nothing and
         returns the committed metadata (idempotent jobs).
-    write_options, sort_by
-        As in :func:`kstore.store_dataset`: how files are encoded, and the columns rows
-        are sorted by inside each file (each executor sorts its own files).
+    write_options, sort_by, commit_options
+        As in :func:`kstore.store_dataset`: how files are encoded, the columns rows are
+        sorted by inside each file (each executor sorts its own files), and the
+        ``CommitOptions`` of the driver's one commit (``info``, ``max_attempts``, ...).
 
     Returns
     -------
@@ -601,7 +606,8 @@ def store_dataset(
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, partition_on=partition_on,
                         secondary_indices=secondary_indices, metadata=metadata,
                         metadata_format=metadata_format, table_name=table_name, schema_mode=schema_mode,
-                        txn=txn, chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
+                        txn=txn, chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by,
+                        commit_options=commit_options)
     return _run(df, job, shuffle)
 
 
@@ -621,6 +627,7 @@ def update_dataset(
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
 ) -> DatasetMetadata:
     """Append ``df`` to an existing dataset and/or delete partitions, in one commit.
 
@@ -645,7 +652,7 @@ def update_dataset(
     mode
         ``"append"`` (default) or ``"overwrite_partitions"`` (replace every partition value
         the new data touches).
-    shuffle, chunk_bytes, write_options, sort_by
+    shuffle, chunk_bytes, write_options, sort_by, commit_options
         As in :func:`store_dataset`.
 
     Returns
@@ -670,20 +677,22 @@ def update_dataset(
         base, _ = load.load_latest(open_store(store), dataset_uuid)
         if base is None:
             raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
-        job = _delete_only_job(store, base, delete_scope, metadata, txn)
+        job = _delete_only_job(store, base, delete_scope, metadata, txn, commit_options)
         return _run(None, job, None)
     job = prepare_write(store, dataset_uuid, df.schema, mode=mode, require_existing=True,
                         partition_on=partition_on, secondary_indices=secondary_indices,
                         delete_scope=delete_scope, metadata=metadata, schema_mode=schema_mode, txn=txn,
-                        chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by)
+                        chunk_bytes=chunk_bytes, write_options=write_options, sort_by=sort_by,
+                        commit_options=commit_options)
     return _run(df, job, shuffle)
 
 
 def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequence[Mapping[str, Any]],
-                     metadata: Mapping[str, Any] | None, txn: tuple[str, int] | None) -> WriteJob:
+                     metadata: Mapping[str, Any] | None, txn: tuple[str, int] | None,
+                     commit_options: CommitOptions | Mapping[str, Any] | None) -> WriteJob:
     factory = spark_store_factory(store)
     core = prepare_core(factory(), base.uuid, mode="append", delete_scope=delete_scope, metadata=metadata,
-                        txn=txn, must_exist=True)
+                        txn=txn, must_exist=True, commit_options=commit_options)
     resolve_scope(core.existing, core.base_schema, list(delete_scope))
     return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)
 

@@ -231,3 +231,58 @@ def test_plan_read_old_order_still_works_with_a_future_warning(store_url: str) -
     assert new.columns == old.columns == old_keyword.columns
     with pytest.warns(FutureWarning), pytest.raises(InvalidArgumentError, match="predicates given twice"):
         kstore.plan_read(store_url, "ds", dnf, predicates=dnf)
+
+
+# --- CommitOptions on every write of every engine ---------------------------------------------
+
+
+def _info_of_newest(url: str) -> dict:
+    return dict(kstore.history(url, "ds")[-1].info or {})
+
+
+@pytest.mark.parametrize("function", ["store_dataset", "update_dataset"])
+def test_commit_options_on_eager_and_dask_writes(function: str, store_url: str) -> None:
+    import dask
+    import dask.dataframe as dd
+
+    if function == "update_dataset":
+        kstore.store_dataset(store_url, "ds", _frame([0]), partition_on="p")
+    mode = {"mode": "overwrite"} if function == "store_dataset" else {}
+    getattr(kstore, function)(store_url, "ds", _frame([1]), partition_on="p", **mode,
+                              commit_options={"info": {"job": "eager"}, "max_attempts": 3})
+    assert _info_of_newest(store_url) == {"job": "eager"}
+    with dask.config.set(scheduler="sync"):
+        getattr(kd, function)(store_url, "ds", dd.from_pandas(_frame([2]), npartitions=1), partition_on="p",
+                              **mode, commit_options=kstore.CommitOptions(info={"job": "dask"}, txn=("etl", 1)))
+        again = getattr(kd, function)(store_url, "ds", dd.from_pandas(_frame([3]), npartitions=1),
+                                      partition_on="p", **mode, commit_options={"txn": ("etl", 1)})
+    assert _info_of_newest(store_url) == {"job": "dask"}
+    assert again.version == kstore.load_metadata(store_url, "ds").version  # the txn made the re-run a no-op
+    assert 3 not in _ids(store_url)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"txn": ("a", 1)}, "txn= and commit_options 'txn' were both given"),
+    ({"retries": 3}, r"unknown commit option\(s\) \['retries'\]"),
+    ({"max_attempts": 0}, "max_attempts must be an int from 1 to 10000"),
+])
+def test_bad_commit_options_write_nothing(bad: dict, match: str, store_url: str) -> None:
+    kstore.store_dataset(store_url, "ds", _frame([0]))
+    with pytest.raises(InvalidArgumentError, match=match):
+        kstore.update_dataset(store_url, "ds", _frame([1]), txn=("a", 1), commit_options=bad)
+    assert _ids(store_url) == [0] and len(kstore.history(store_url, "ds")) == 1
+
+
+@pytest.mark.spark
+@pytest.mark.xdist_group("spark")
+def test_commit_options_on_spark_writes(spark: Any, tmp_path: Any) -> None:
+    root = str(tmp_path / "store")
+    df = spark.createDataFrame([(0, 1), (1, 2)], "p INT, id LONG")
+    ks.store_dataset(root, "ds", df, partition_on="p", commit_options={"info": {"job": "spark-create"}})
+    assert _info_of_newest(root) == {"job": "spark-create"}
+    ks.update_dataset(root, "ds", df, commit_options={"info": {"job": "spark-append"}, "metadata": {"team": "a"}})
+    assert _info_of_newest(root) == {"job": "spark-append"}
+    assert kstore.load_metadata(root, "ds").metadata["team"] == "a"
+    ks.update_dataset(root, "ds", delete_scope=[{"p": 1}], commit_options={"info": {"job": "spark-delete"}})
+    assert _info_of_newest(root) == {"job": "spark-delete"}
+    assert _ids(root) == [1, 1]
