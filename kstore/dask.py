@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from dask.base import compute as dask_compute
-from dask.dataframe.utils import pyarrow_strings_enabled
+from dask.dataframe.utils import clear_known_categories, pyarrow_strings_enabled
 from dask.delayed import Delayed, delayed
 from dask.utils import parse_bytes
 
@@ -61,7 +61,7 @@ from kstore.blocks.job import WriteMode, as_columns, delete_files, finish_write,
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool, predicates_or_filters, store_uuid_data
+from kstore.core.arguments import AsOf, as_bool, as_column_list, predicates_or_filters, store_uuid_data
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -773,20 +773,28 @@ def compact(
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Pandas:
+    """How every partition (and ``meta``) becomes pandas: the same dtypes in all of them."""
+
+    arrow_strings: bool  # Dask's dataframe.convert-string option
+    nullable: frozenset[str]  # integer/bool columns that may hold a null in any planned file
+    categoricals: tuple[str, ...] = ()
+    dates_as_object: bool = False
+
+
 class _ReadPartition:
     """Read one Dask partition (a group of planned files); ``columns`` is Dask's projection."""
 
-    def __init__(self, factory: Callable[[], Store], plan: ReadPlan, arrow_strings: bool,
-                 nullable: frozenset[str]) -> None:
+    def __init__(self, factory: Callable[[], Store], plan: ReadPlan, conversion: _Pandas) -> None:
         self.factory = factory
         self.plan = replace(plan, tasks=())  # the tasks travel one group per Dask partition
-        self.arrow_strings = arrow_strings
-        self.nullable = nullable
+        self.conversion = conversion
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
-        p = self.plan
+        p, c = self.plan, self.conversion
         return ("kstore-read", repr(self.factory), p.dataset_uuid, p.version, p.table, repr(p.predicates), p.columns,
-                self.arrow_strings, sorted(self.nullable))
+                c.arrow_strings, sorted(c.nullable), c.categoricals, c.dates_as_object)
 
     def __call__(self, files: _Files, columns: Sequence[str] | None = None) -> pd.DataFrame:
         plan = self.plan
@@ -794,19 +802,28 @@ class _ReadPartition:
         store = self.factory()
         tables = [read_task(store, plan, t, cols) for t in files.tasks]
         table = concat_tables(tables) if tables else empty_table(plan, cols)
-        return _to_pandas(table, plan.schema, self.arrow_strings, self.nullable)
+        return _to_pandas(table, plan.schema, self.conversion)
 
 
-def _to_pandas(table: pa.Table, schema: pa.Schema, arrow_strings: bool, nullable: frozenset[str]) -> pd.DataFrame:
+def _to_pandas(table: pa.Table, schema: pa.Schema, conversion: _Pandas) -> pd.DataFrame:
     """As the eager driver, with dtypes that Dask keeps as they are and that every partition
     (and ``meta``) shares: integer/bool columns that may hold nulls anywhere in the read are
     ``Int64``/``boolean`` in all of them; strings are ``string[pyarrow]`` when Dask converts
     strings (its ``dataframe.convert-string`` option); binary, decimal, list and struct
-    columns are ``pd.ArrowDtype`` (as object columns Dask would turn them into strings)."""
-    return to_pandas(table, schema, types_mapper=partial(_dask_dtype, arrow_strings), nullable=nullable)
+    columns are ``pd.ArrowDtype`` (as object columns Dask would turn them into strings);
+    ``categoricals`` as in :func:`kstore.read_dataset`; with ``dates_as_object`` date columns
+    are ``date32[pyarrow]``, whose values are ``datetime.date`` (an object column of dates
+    Dask would turn into strings too)."""
+    categoricals = [c for c in conversion.categoricals if c in table.column_names]
+    return to_pandas(table, schema, types_mapper=partial(_dask_dtype, conversion.arrow_strings,
+                                                         conversion.dates_as_object),
+                     nullable=conversion.nullable, categoricals=categoricals,
+                     dates_as_object=conversion.dates_as_object)  # (no cast to timestamps)
 
 
-def _dask_dtype(arrow_strings: bool, t: pa.DataType) -> Any:
+def _dask_dtype(arrow_strings: bool, dates: bool, t: pa.DataType) -> Any:
+    if dates and pa.types.is_date(t):
+        return pd.ArrowDtype(t)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return pd.StringDtype("pyarrow") if arrow_strings else None
     if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_decimal(t) or pa.types.is_list(t)
@@ -936,6 +953,9 @@ def read_dataset(
     filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
+    table: str | None = None,
+    categoricals: Sequence[str] | None = None,
+    dates_as_object: bool = False,
     dispatch_by: str | Sequence[str] | None = None,
     blocksize: int | str | None = None,
 ) -> dd.DataFrame:
@@ -971,8 +991,14 @@ def read_dataset(
     filters
         The same as ``predicates``, under the name ``dd.read_parquet`` (and pyarrow,
         deltalake) use for it; give one of the two.
-    version, as_of
-        Read an older retained version, as in :func:`kstore.read_dataset`.
+    version, as_of, table
+        Read an older retained version, or another table of a multi-table (kartothek)
+        dataset, as in :func:`kstore.read_dataset`.
+    categoricals, dates_as_object
+        As in :func:`kstore.read_dataset`: columns read as pandas categoricals (Dask's
+        *unknown* categories: each partition has its own; ``ddf.categorize()`` or
+        ``.cat.as_known()`` computes them), and dates as ``datetime.date`` values (a
+        ``date32[pyarrow]`` column: Dask turns object columns into strings).
     dispatch_by
         Partition columns: one Dask partition per distinct combination of their values
         (instead of one per file).
@@ -1012,15 +1038,22 @@ def read_dataset(
         raise InvalidArgumentError("blocksize and dispatch_by cannot be used together: each chooses the partitions")
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    plan, stats = plan_with_stats(st, dataset_uuid, columns, predicates, version=version, as_of=as_of, stats=True)
-    nullable = nullable_columns(plan, stats)
-    arrow_strings = pyarrow_strings_enabled()
-    meta = _to_pandas(empty_table(plan), plan.schema, arrow_strings, nullable)
+    plan, stats = plan_with_stats(st, dataset_uuid, columns, predicates, version=version, as_of=as_of, table=table,
+                                  stats=True)
+    cats = as_column_list(categoricals, "categoricals") or ()
+    unknown = [c for c in cats if c not in plan.schema.names]
+    if unknown:
+        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: categoricals {unknown} are not columns of the dataset")
+    conversion = _Pandas(pyarrow_strings_enabled(), nullable_columns(plan, stats), cats,
+                         as_bool(dates_as_object, "dates_as_object"))
+    meta = _to_pandas(empty_table(plan), plan.schema, conversion)
+    if cats:  # each partition holds its own categories: Dask's "unknown categories"
+        meta = clear_known_categories(meta, cols=[c for c in cats if c in meta.columns])
     if size is not None:
         groups = [_Files(g) for g in _group_by_size(plan.tasks, _file_sizes(plan, stats), size)]
     else:
         groups = _dispatch(plan, st, dispatch_by)
     if not groups:
         return dd.from_pandas(meta, npartitions=1)
-    return dd.from_map(_ReadPartition(factory, plan, arrow_strings, nullable), groups, meta=meta,
+    return dd.from_map(_ReadPartition(factory, plan, conversion), groups, meta=meta,
                        label=f"kstore-read-{dataset_uuid}", enforce_metadata=False)

@@ -34,7 +34,14 @@ import functools  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from typing import TYPE_CHECKING, ParamSpec, TypeVar  # noqa: E402
 
-from kstore.core.arguments import AsOf, as_bool, as_column_list, as_timestamp, predicates_or_filters  # noqa: E402
+from kstore.core.arguments import (  # noqa: E402
+    AsOf,
+    as_bool,
+    as_column_list,
+    as_timestamp,
+    check_text,
+    predicates_or_filters,
+)
 from kstore.core.predicates import Predicates  # noqa: E402
 from kstore.errors import InvalidArgumentError  # noqa: E402
 from kstore.io.store import StoreLike  # noqa: E402
@@ -191,6 +198,7 @@ def read_dataset(
     filters: Predicates = None,
     version: int | None = None,
     as_of: AsOf = None,
+    table: str | None = None,
     spark: SparkSession | None = None,
     partition_bytes: int | None = None,
 ) -> DataFrame:
@@ -218,6 +226,8 @@ def read_dataset(
     version, as_of
         Read a retained older version (a number, or the version current at a
         ``datetime`` or ISO 8601 timestamp), as in :func:`kstore.read_dataset`.
+    table
+        Another table of a multi-table (kartothek) dataset, as in :func:`kstore.read_dataset`.
     spark
         The ``SparkSession`` (the data source is registered with it); default: the active
         session. The old order ``read_dataset(spark, store, dataset_uuid, ...)`` still works
@@ -261,6 +271,8 @@ def read_dataset(
         reader = reader.option("version", str(int(version)))
     if as_of is not None:
         reader = reader.option("as_of", as_timestamp(as_of).isoformat())
+    if table is not None:
+        reader = reader.option("table", check_text(table, "table"))
     if partition_bytes is not None:
         reader = reader.option("partition_bytes", str(int(partition_bytes)))
     reader = reader.option("min_partitions", str(spark.sparkContext.defaultParallelism))

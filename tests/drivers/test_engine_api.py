@@ -33,9 +33,8 @@ ENGINE_ONLY: dict[str, set[str]] = {
     "num_buckets": {"dask"},
     "chunk_bytes": {"spark"},       # executor memory per chunk
     "as_arrow": {"eager"},          # local results: Dask and Spark return their own frames
-    "categoricals": {"eager"},
-    "dates_as_object": {"eager"},
-    "table": {"eager"},             # multi-table datasets of kartothek are read by the eager API
+    "categoricals": {"eager", "dask"},  # pandas dtypes: Spark has its own types
+    "dates_as_object": {"eager", "dask"},
     "dispatch_by": {"dask"},        # Dask partitions per partition value
     "blocksize": {"dask"},
     "spark": {"spark"},             # the session (default: the active one)
@@ -286,3 +285,32 @@ def test_commit_options_on_spark_writes(spark: Any, tmp_path: Any) -> None:
     ks.update_dataset(root, "ds", delete_scope=[{"p": 1}], commit_options={"info": {"job": "spark-delete"}})
     assert _info_of_newest(root) == {"job": "spark-delete"}
     assert _ids(root) == [1, 1]
+
+
+# --- Dask read_dataset: the eager reader's pandas options ------------------------------------
+
+
+def test_dask_read_takes_categoricals_dates_as_object_and_table_like_eager(store_url: str) -> None:
+    import datetime as dt
+
+    import dask
+
+    src = pd.DataFrame({"p": ["a", "b", "a", "c"], "s": ["x", "y", "x", "z"], "id": [1, 2, 3, 4],
+                        "d": [dt.date(2024, 1, i) for i in range(1, 5)]})
+    kstore.store_dataset(store_url, "ds", src, partition_on="p", table_name="events")
+    kw: dict[str, Any] = {"categoricals": ["s", "p"], "dates_as_object": True, "table": "events"}
+    eager = kstore.read_dataset(store_url, "ds", **kw).sort_values("id").reset_index(drop=True)
+    ddf = kd.read_dataset(store_url, "ds", **kw)
+    assert all(isinstance(ddf.dtypes[c], pd.CategoricalDtype) for c in ("s", "p"))
+    assert str(ddf.dtypes["d"]) == "date32[day][pyarrow]"  # Dask would turn an object column into strings
+    with dask.config.set(scheduler="sync"):
+        got = ddf.compute().sort_values("id").reset_index(drop=True)
+    for col in ("s", "p"):
+        assert isinstance(got[col].dtype, pd.CategoricalDtype)
+        assert got[col].astype(str).tolist() == eager[col].astype(str).tolist() == src[col].tolist()
+    assert got["d"].tolist() == eager["d"].tolist() == src["d"].tolist()
+    assert all(type(v) is dt.date for v in got["d"])
+    with pytest.raises(kstore.errors.ColumnNotFoundError, match="categoricals"):
+        kd.read_dataset(store_url, "ds", categoricals=["nope"], table="events")
+    with pytest.raises(kstore.errors.KstoreError, match="table"):
+        kd.read_dataset(store_url, "ds", table="other")
