@@ -29,7 +29,6 @@ Examples
 from __future__ import annotations
 
 import os
-import time
 import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -50,22 +49,28 @@ from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionGroup,
     CompactionPlan,
-    delete_by_token,
     finish_compaction,
     plan_compaction,
     rewrite_group,
-    task_file_id,
     worker_plan,
 )
 from kstore.blocks.job import WriteMode, as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
-from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, table_schema, to_arrow, write_partitions
+from kstore.blocks.write import (
+    ENGINE_TASK_THREADS,
+    WrittenFile,
+    delete_by_token,
+    delete_keys,
+    table_schema,
+    to_arrow,
+    write_partitions,
+)
 from kstore.core import naming
 from kstore.core.arguments import AsOf, as_bool, as_column_list, predicates_or_filters, store_uuid_data
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
 from kstore.core.predicates import Predicates
 from kstore.core.types import merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
@@ -75,7 +80,7 @@ from kstore.errors import (
     InvalidArgumentError,
     StoreError,
 )
-from kstore.io.store import Store, StoreLike, delete_many, open_store, store_factory
+from kstore.io.store import Store, StoreLike, open_store, store_factory
 
 __all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
 
@@ -142,12 +147,6 @@ class _Written:
     files: tuple[WrittenFile, ...]
 
 
-def _file_id(token: str, number: int, bucket: int) -> str:
-    """``k<ms>_<token 8><partition 7><bucket 5>``: a kstore file id (GC reads its time)."""
-    ms = int(time.time() * 1000)
-    return f"k{ms:011x}_{token}{number:07x}{bucket:05x}"
-
-
 class _WritePartition:
     """The function Dask maps over the partitions: write files, return their records."""
 
@@ -191,11 +190,11 @@ class _WritePartition:
                 files.extend(write_partitions(
                     store, self.dataset_uuid, part, partition_on=self.partition_on,
                     index_columns=self.index_columns, table_name=self.table_name,
-                    file_id=_file_id(self.token, number, bucket), options=self.options,
+                    file_id=naming.tagged_file_id(self.token, (number << 20) | bucket), options=self.options,
                     max_workers=ENGINE_TASK_THREADS,
                 ))
         except BaseException:
-            _delete(store, [f.key for f in files])
+            delete_keys(store, [f.key for f in files])
             raise
         return pd.Series([_Written(number, schema, tuple(files))], dtype=object)
 
@@ -242,24 +241,6 @@ def _meta_schema(ddf: dd.DataFrame, pon: tuple[str, ...], sec: tuple[str, ...], 
                         secondary_indices=[c for c in sec if c not in untyped], dataset=dataset_uuid)
 
 
-def _delete(store: Store, keys: Sequence[str]) -> None:
-    try:
-        delete_many(store, keys)
-    except Exception:  # best effort; garbage collection removes what is left
-        pass
-
-
-def _delete_by_token(store: Store, dataset_uuid: str, table_name: str, token: str) -> None:
-    """Delete the data files this write left (found by the write's token in their file id)."""
-    marker = f"_{token}"
-    try:
-        keys = [k for k in store.iter_prefix(naming.table_prefix(dataset_uuid, table_name))
-                if marker in k.rsplit("/", 1)[-1]]
-    except Exception:
-        return
-    _delete(store, keys)
-
-
 def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: str, token: str) -> list[_Written]:
     """Compute the per-partition writes; on any failure delete what was written and re-raise.
 
@@ -272,7 +253,7 @@ def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: s
         try:
             return list(parts.compute())
         except BaseException:
-            _delete_by_token(store, dataset_uuid, table_name, token)
+            delete_by_token(store, dataset_uuid, table_name, token)
             raise
     from distributed import as_completed
 
@@ -290,14 +271,14 @@ def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: s
                 failed.append(f)
         results = [w for i in sorted(done) for w in done[i]]
         if failed:
-            _delete(store, [f.key for w in results for f in w.files])
-            _delete_by_token(store, dataset_uuid, table_name, token)
+            delete_keys(store, [f.key for w in results for f in w.files])
+            delete_by_token(store, dataset_uuid, table_name, token)
             failed[0].result()  # re-raises the task's exception
             raise RuntimeError(f"dataset {dataset_uuid!r}: a write task ended as {failed[0].status!r}")
         return results
     except BaseException:
         client.cancel(futures)
-        _delete_by_token(store, dataset_uuid, table_name, token)
+        delete_by_token(store, dataset_uuid, table_name, token)
         raise
 
 
@@ -747,7 +728,7 @@ def compact(
     factory = _worker_store(store, dataset_uuid)
     token = _uuid.uuid4().hex[:8]
     light = delayed(worker_plan(plan), traverse=False)
-    tasks = [delayed(_rewrite_task, pure=False)(factory, light, g, task_file_id(token, i))
+    tasks = [delayed(_rewrite_task, pure=False)(factory, light, g, naming.tagged_file_id(token, i))
              for i, g in enumerate(plan.groups)]
     client = _distributed_client()
     try:
@@ -762,7 +743,7 @@ def compact(
                     pass
             results = client.gather(futures)
     except BaseException:
-        delete_by_token(st, plan, token)
+        delete_by_token(st, plan.dataset_uuid, plan.table, token)
         raise
     files = [f for written in results for f in written]
     return finish_compaction(st, plan, files)[0]
@@ -864,62 +845,6 @@ def _as_blocksize(value: Any) -> int | None:
             f"blocksize must be None, a positive number of bytes or a size such as '128MiB', got {value!r}"
         )
     return size
-
-
-def _file_sizes(plan: ReadPlan, stats: pa.Table | None) -> dict[str, int]:
-    """Bytes of each planned file, from the per-file statistics; files without statistics
-    (kartothek and plateau datasets) are left out."""
-    if stats is None or not plan.tasks or "bytes" not in stats.column_names:
-        return {}
-    planned = {t.label for t in plan.tasks}
-    return {label: int(n) for label, n in zip(stats.column("label").to_pylist(), stats.column("bytes").to_pylist())
-            if n is not None and label in planned}
-
-
-def _group_by_size(tasks: Sequence[ReadTask], sizes: Mapping[str, int], blocksize: int) -> list[tuple[ReadTask, ...]]:
-    """Consecutive runs of ``tasks`` (plan order kept) whose summed ``sizes`` are at most
-    ``blocksize``; a file larger than that, or one of unknown size, is a group of its own.
-
-    Greedy: a file joins the current group while the group stays within ``blocksize``.
-
-    Parameters
-    ----------
-    tasks
-        The planned files, in plan order.
-    sizes
-        Bytes per file label (files not in it have an unknown size).
-    blocksize
-        The largest summed size of a group of several files, in bytes.
-
-    Returns
-    -------
-    list[tuple[ReadTask, ...]]
-        The groups, in order; concatenated they are ``tasks``.
-
-    Examples
-    --------
-    >>> from kstore.core.planning import ReadTask
-    >>> ts = [ReadTask(str(i), f"{i}.parquet", (), None) for i in range(5)]
-    >>> sizes = {"0": 40, "1": 40, "2": 40, "3": 200, "4": 10}
-    >>> [[t.label for t in g] for g in _group_by_size(ts, sizes, 100)]
-    [['0', '1'], ['2'], ['3'], ['4']]
-    """
-    groups: list[tuple[ReadTask, ...]] = []
-    current: list[ReadTask] = []
-    total = 0
-    for t in tasks:
-        size = sizes.get(t.label)
-        if current and (size is None or total + size > blocksize):
-            groups.append(tuple(current))
-            current, total = [], 0
-        if size is None:
-            groups.append((t,))
-            continue
-        current.append(t)
-        total += size
-    if current:
-        groups.append(tuple(current))
-    return groups
 
 
 def _dispatch(plan: ReadPlan, store: Store, dispatch_by: Sequence[str] | None) -> list[_Files]:
@@ -1050,7 +975,8 @@ def read_dataset(
     if cats:  # each partition holds its own categories: Dask's "unknown categories"
         meta = clear_known_categories(meta, cols=[c for c in cats if c in meta.columns])
     if size is not None:
-        groups = [_Files(g) for g in _group_by_size(plan.tasks, _file_sizes(plan, stats), size)]
+        sizes = file_sizes(plan, stats)
+        groups = [_Files(g) for g in pack_in_order(plan.tasks, [sizes.get(t.label) for t in plan.tasks], size)]
     else:
         groups = _dispatch(plan, st, dispatch_by)
     if not groups:

@@ -53,10 +53,10 @@ from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
 from kstore.core.writer_options import WriteOptions
 from kstore.errors import CommitStateUnknownError, InvalidArgumentError
-from kstore.io.store import Store, delete_many
+from kstore.io.store import Store
 
 __all__ = ["CompactionGroup", "CompactionPlan", "plan_compaction", "rewrite_group", "rewrite_groups",
-           "finish_compaction", "worker_plan", "task_file_id", "delete_by_token", "DEFAULT_TARGET_FILE_SIZE"]
+           "finish_compaction", "worker_plan", "DEFAULT_TARGET_FILE_SIZE"]
 
 #: default size of a compacted file (bytes of Parquet, as the statistics record them)
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
@@ -264,30 +264,6 @@ def worker_plan(plan: CompactionPlan) -> CompactionPlan:
     ship to each Dask task or Spark executor."""
     rp = plan.read_plan
     return replace(plan, groups=(), read_plan=replace(rp, tasks=()) if rp is not None else None)
-
-
-def task_file_id(token: str, number: int) -> str:
-    """A kstore file id (``k<ms>_<20 hex>``, GC reads its time) carrying a distributed
-    compaction's ``token`` (8 hex) and the group ``number``, so that a failed job finds and
-    deletes every file its tasks wrote (:func:`delete_by_token`)."""
-    ms = int(runtime.current().time() * 1000)
-    return f"k{ms:011x}_{token[:8]:0>8}{number:012x}"
-
-
-def delete_by_token(store: Store, plan: CompactionPlan, token: str) -> None:
-    """Best effort: delete the data files whose id carries ``token`` (GC removes the rest)."""
-    from kstore.core import naming
-
-    marker = f"_{token[:8]:0>8}"
-    try:
-        keys = [k for k in store.iter_prefix(naming.table_prefix(plan.dataset_uuid, plan.table))
-                if marker in k.rsplit("/", 1)[-1]]
-    except Exception:
-        return
-    try:
-        delete_many(store, keys)
-    except Exception:
-        pass
 
 
 def _group(part: tuple[Any, ...], tasks: list[ReadTask], sizes: Mapping[str, tuple[int, int]]) -> list[CompactionGroup]:

@@ -646,7 +646,7 @@ def write_partitions(
                 plain |= misses
         except BaseException:
             # this run's files, and the key being put: a put that failed may still have landed
-            _delete_keys(store, [f.key for f in done.values()] + ([key] if key is not None else []))
+            delete_keys(store, [f.key for f in done.values()] + ([key] if key is not None else []))
             raise
         return [done[i] for i in range(len(run))]
 
@@ -674,14 +674,28 @@ def write_partitions(
 
 def delete_files(store: Store, files: Sequence[WrittenFile]) -> None:
     """Best-effort delete of written files (GC removes what is left)."""
-    _delete_keys(store, [f.key for f in files])
+    delete_keys(store, [f.key for f in files])
 
 
-def _delete_keys(store: Store, keys: Sequence[str]) -> None:
+def delete_keys(store: Store, keys: Sequence[str]) -> None:
+    """Best-effort delete of keys (GC removes what is left)."""
     try:
         delete_many(store, keys)
     except Exception:
         pass
+
+
+def delete_by_token(store: Store, dataset_uuid: str, table: str, token: str) -> None:
+    """Best effort: delete the data files of one distributed job (a Dask write, a Dask or
+    Spark compaction), found by the job's ``token`` in their file id
+    (:func:`kstore.core.naming.tagged_file_id`); GC removes the rest."""
+    marker = f"_{token[:8]:0>8}"
+    try:
+        keys = [k for k in store.iter_prefix(naming.table_prefix(dataset_uuid, table))
+                if marker in k.rsplit("/", 1)[-1]]
+    except Exception:
+        return
+    delete_keys(store, keys)
 
 
 def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:

@@ -286,6 +286,21 @@ def new_file_id(now: float | None = None) -> str:
     return f"k{ms:011x}_{runtime.current().token(10)}"
 
 
+def tagged_file_id(token: str, number: int) -> str:
+    """A file id of one task of a distributed job (``k<ms>_<token 8 hex><number 12 hex>``):
+    a kstore file id (GC reads its time) that carries the job's ``token``, so that a failed
+    job finds and deletes every file its tasks wrote
+    (:func:`kstore.blocks.write.delete_by_token`), and the task's ``number``.
+
+    >>> from kstore.core import runtime
+    >>> with runtime.installed(runtime.FixedRuntime(1_700_000_000.0)):
+    ...     tagged_file_id("0a1b2c3d", (5 << 20) | 3)
+    'k18bcfe56800_0a1b2c3d000000500003'
+    """
+    ms = int(runtime.current().time() * 1000)
+    return f"k{ms:011x}_{token[:8]:0>8}{number:012x}"
+
+
 _ID_TIME_RE = re.compile(r"k([0-9a-f]{11})_[0-9a-f]{20}")
 
 

@@ -41,7 +41,7 @@ from kstore.core.stats import prune_mask
 from kstore.core.types import check_dataset_schema, decode_partition_value
 from kstore.errors import ColumnNotFoundError, CorruptMetadataError, InvalidArgumentError, short_repr
 
-__all__ = ["ReadTask", "ReadPlan", "plan_read", "partition_value_arrays", "label_values"]
+__all__ = ["ReadTask", "ReadPlan", "plan_read", "partition_value_arrays", "label_values", "file_sizes", "pack_in_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,3 +448,41 @@ def plan_read(
         store_calls=sum(calls.values()),
         calls_detail=calls,
     )
+
+
+def file_sizes(plan: ReadPlan, stats: pa.Table | None) -> dict[str, int]:
+    """Bytes of each planned file, from the per-file statistics; files without statistics
+    (kartothek and plateau datasets) are left out."""
+    if stats is None or not plan.tasks or "bytes" not in stats.column_names:
+        return {}
+    planned = {t.label for t in plan.tasks}
+    return {label: int(n) for label, n in zip(stats.column("label").to_pylist(), stats.column("bytes").to_pylist())
+            if n is not None and label in planned}
+
+
+def pack_in_order(tasks: Sequence[ReadTask], costs: Sequence[int | None], limit: int) -> list[tuple[ReadTask, ...]]:
+    """Consecutive runs of ``tasks`` (plan order kept) whose summed ``costs`` stay within
+    ``limit``: the one bin-packer of the engines' readers (Dask's ``blocksize``, Spark's
+    input partitions). Greedy: a task joins the current group while the group stays within
+    ``limit``; a task costlier than that, or of unknown cost (None), is a group of its own.
+    Concatenated, the groups are ``tasks``.
+
+    >>> ts = [ReadTask(str(i), f"{i}.parquet", (), None) for i in range(6)]
+    >>> [[t.label for t in g] for g in pack_in_order(ts, [40, 40, 40, 200, None, 10], 100)]
+    [['0', '1'], ['2'], ['3'], ['4'], ['5']]
+    """
+    groups: list[tuple[ReadTask, ...]] = []
+    current: list[ReadTask] = []
+    total = 0
+    for task, cost in zip(tasks, costs, strict=True):
+        if current and (cost is None or total + cost > limit):
+            groups.append(tuple(current))
+            current, total = [], 0
+        if cost is None:
+            groups.append((task,))
+            continue
+        current.append(task)
+        total += cost
+    if current:
+        groups.append(tuple(current))
+    return groups

@@ -26,7 +26,7 @@ import pyarrow.types as pat
 
 from kstore.blocks.read import read_task
 from kstore.blocks.snapshot import open_snapshot
-from kstore.core.planning import ReadPlan, ReadTask
+from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
 from kstore.core.predicates import DNF, Term, bind, parse
 from kstore.errors import InvalidArgumentError, KstoreError
 from kstore.io.store import Store, StoreLike, open_store
@@ -380,29 +380,15 @@ def group_tasks(tasks: Sequence[ReadTask], sizes: Mapping[str, int], partition_b
     about ``partition_bytes``. Files of unknown size count as ``partition_bytes``.
     """
     costs = [(sizes.get(t.label, partition_bytes) or 0) + OPEN_COST_BYTES for t in tasks]
-    total = sum(costs)
-    limit = min(partition_bytes, max(OPEN_COST_BYTES, total // max(1, min_partitions)))
-    groups: list[tuple[ReadTask, ...]] = []
-    cur: list[ReadTask] = []
-    acc = 0
-    for task, cost in zip(tasks, costs):
-        if cur and acc + cost > limit:
-            groups.append(tuple(cur))
-            cur, acc = [], 0
-        cur.append(task)
-        acc += cost
-    if cur:
-        groups.append(tuple(cur))
-    return groups
+    limit = min(partition_bytes, max(OPEN_COST_BYTES, sum(costs) // max(1, min_partitions)))
+    return pack_in_order(tasks, list(costs), limit)
 
 
 def plan_partitions(source: ReadSource, pushed: Sequence[Term] = ()) -> tuple[ReadPlan, list[ReadPlan]]:
     """The full plan and one sub-plan (the same plan with a group of its tasks) per
     Spark input partition. File sizes for grouping come from the statistics (1 get)."""
     full, stats = plan(source, pushed)
-    sizes: dict[str, int] = {}
-    if stats is not None and len(full.tasks) > 1:
-        sizes = dict(zip(stats.column("label").to_pylist(), stats.column("bytes").to_pylist()))
+    sizes = file_sizes(full, stats) if len(full.tasks) > 1 else {}
     groups = group_tasks(full.tasks, sizes, source.partition_bytes, source.min_partitions)
     return full, [replace(full, tasks=g) for g in groups]
 

@@ -38,18 +38,16 @@ from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionGroup,
     CompactionPlan,
-    delete_by_token,
     finish_compaction,
     plan_compaction,
     rewrite_group,
-    task_file_id,
     worker_plan,
 )
 from kstore.blocks.job import WriteJob as CoreJob
 from kstore.blocks.job import WriteMode, check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
 from kstore.blocks.scope import resolve_scope
-from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, write_partitions
+from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, delete_by_token, write_partitions
 from kstore.core import naming
 from kstore.core.arguments import store_uuid_data
 from kstore.core.commit_options import CommitOptions
@@ -706,7 +704,7 @@ class _RewriteGroups:
     def __call__(self, items: Iterable[tuple[int, CompactionGroup]]) -> Iterator[bytes]:
         store = self.factory()
         for number, group in items:
-            files = rewrite_group(store, self.plan, group, file_id=task_file_id(self.token, number))
+            files = rewrite_group(store, self.plan, group, file_id=naming.tagged_file_id(self.token, number))
             yield pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -768,7 +766,7 @@ def compact(
         payloads = (spark.sparkContext.parallelize(items, slices)
                     .mapPartitions(_RewriteGroups(factory, worker_plan(plan), token)).collect())
     except BaseException:
-        delete_by_token(st, plan, token)
+        delete_by_token(st, plan.dataset_uuid, plan.table, token)
         raise
     files = [f for p in payloads for f in pickle.loads(p)]
     return finish_compaction(st, plan, files)[0]

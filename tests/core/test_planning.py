@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kstore.core import naming
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.planning import ReadPlan, label_values, partition_value_arrays, plan_read
+from kstore.core.planning import ReadPlan, ReadTask, label_values, pack_in_order, partition_value_arrays, plan_read
 from kstore.core.predicates import OPS
 from kstore.core.stats import file_stats, stats_table
 from kstore.core.types import encode_partition_value
@@ -384,3 +384,24 @@ def test_multi_table_file_keys():
     assert plan_read(meta, schema).keys == ("ds/core/a.parquet",)
     plan = plan_read(meta, schema, table="extra")
     assert plan.keys == ("ds/extra/a.parquet",) and plan.table == "extra"
+
+
+# --- the one bin-packer of the engines' readers (Dask blocksize, Spark input partitions) ----
+
+
+@settings(max_examples=300, deadline=None)
+@given(costs=st.lists(st.one_of(st.none(), st.integers(0, 300)), max_size=40), limit=st.integers(1, 250))
+def test_pack_in_order_keeps_order_and_limits(costs, limit):
+    tasks = [ReadTask(str(i), f"{i}.parquet", (), None) for i in range(len(costs))]
+    groups = pack_in_order(tasks, costs, limit)
+    assert [t for g in groups for t in g] == tasks  # order kept, nothing lost or repeated
+    cost = dict(zip((t.label for t in tasks), costs))
+    for g in groups:
+        assert g
+        if len(g) > 1:  # several tasks: each known, within the limit together
+            assert all(cost[t.label] is not None for t in g)
+            assert sum(cost[t.label] for t in g) <= limit
+    for a, b in zip(groups, groups[1:]):  # greedy: the next task did not fit (or was unknown)
+        nxt = cost[b[0].label]
+        if nxt is not None and all(cost[t.label] is not None for t in a):
+            assert sum(cost[t.label] for t in a) + nxt > limit
