@@ -103,7 +103,7 @@ def main(spec: dict) -> dict:
     else:
         Hooked = LocalStore
     root = url[len("file://"):] if url.startswith("file://") else url
-    log_re = re.compile(re.escape(uuid) + r"/_kstore/log/")
+    log_re = re.compile(re.escape(uuid) + r"/_kstore/log/\d{20}\.json$")  # claims: entries, not checkpoints
     hook = spec.get("hook")
     hook_re = re.compile(hook["pattern"]) if hook else None
     barrier = spec.get("barrier")
