@@ -176,7 +176,8 @@ def commit(
         if op.kind == "upgrade" and base is not None and base.version is not None:
             return Committed(None, base, new=False)  # a concurrent upgrade won
         check(base, op, dataset_uuid=dataset_uuid, scope_now=scope(base) if (scope and base is not None) else None)
-        _check_orphan_cutoff(store, dataset_uuid, head, files, seen_version)
+        _check_orphan_cutoff(store, dataset_uuid, head, files, seen_version,
+                             creates=op.creates or base is None)
         written: list[str] = []
         try:
             staged = _stage(store, dataset_uuid, head, op, files, schema, metadata_format, prebuilt, written,
@@ -306,7 +307,7 @@ def _moved_on(store: Store, head: Head) -> bool:
 
 
 def _check_orphan_cutoff(store: Store, dataset_uuid: str, head: Head, files: Sequence[WrittenFile],
-                         seen_version: int | None = None) -> None:
+                         seen_version: int | None = None, *, creates: bool = False) -> None:
     """Refuse files a garbage collection may have deleted as orphans while this write ran.
 
     A fence the writer had seen before it wrote its files is no threat to them (that GC
@@ -314,33 +315,48 @@ def _check_orphan_cutoff(store: Store, dataset_uuid: str, head: Head, files: Seq
     ``seen_version``, only the fences committed after it count, read from the log. This
     needs no clock, so a GC host whose clock runs ahead (or a delete fence after a file
     born in the future) cannot block writers that start after it.
+
+    The head's cutoff is the largest of the fences since the last ``delete``: every version
+    carries it forward, a delete starts afresh. A write that ``creates`` the dataset can
+    commit after a delete, so it reads every fence after ``seen_version`` (all of them when
+    it saw no log): a delete whose host's clock runs behind must not hide the cutoff of a
+    GC before it (seed 1400355 of the create-delete-mixed simulation).
     """
-    cutoff = head.orphan_cutoff_ms
     oldest = oldest_file_ms([f.key for f in files])
-    if cutoff is None or oldest is None or oldest >= cutoff:
+    if oldest is None:
         return
-    if seen_version is not None:
+    cutoff = head.orphan_cutoff_ms
+    newer = head.version is not None and (seen_version is None or head.version > seen_version)
+    if not (cutoff is not None and oldest < cutoff) and not (creates and newer):
+        return
+    if seen_version is not None or newer:
         since = _cutoff_since(store, dataset_uuid, seen_version, head)
         if since is not _UNKNOWN and (since is None or oldest >= since):
             return
-        cutoff = cutoff if since is _UNKNOWN or since is None else since
-    when = datetime.fromtimestamp(cutoff / 1000, timezone.utc).isoformat()
+        if since is not _UNKNOWN:
+            cutoff = since
+        elif cutoff is None or oldest >= cutoff:
+            cutoff = None  # entries of the range are gone: which fences they were is unknown
+    when = ("an unknown time (log entries after the version it read are gone)" if cutoff is None
+            else datetime.fromtimestamp(cutoff / 1000, timezone.utc).isoformat())
     raise CommitConflictError(
-        f"dataset {dataset_uuid!r}: a garbage collection committed as version {head.version} deleted "
-        f"unreferenced files written before {when}, and this write started before then (its retention "
-        "was shorter than this write took); nothing was committed: run the write again"
+        f"dataset {dataset_uuid!r}: a garbage collection committed as version {head.version} or before it "
+        f"deleted unreferenced files written before {when}, and this write started before then (its "
+        "retention was shorter than this write took); nothing was committed: run the write again"
     )
 
 
 _UNKNOWN: Any = object()
 
 
-def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int, head: Head) -> Any:
-    """The newest orphan cutoff of the fences committed after ``seen_version`` up to the
-    head (None: no fence), or ``_UNKNOWN`` when an entry of that range is gone or damaged."""
-    if head.version is None or head.version <= seen_version:
+def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int | None, head: Head) -> Any:
+    """The largest orphan cutoff of the fences committed after ``seen_version`` (all of
+    them for None) up to the head (None: no fence), or ``_UNKNOWN`` when an entry of that
+    range is gone or damaged."""
+    first = 0 if seen_version is None else seen_version + 1
+    if head.version is None or head.version < first:
         return None
-    wanted = list(range(seen_version + 1, head.version + 1))
+    wanted = list(range(first, head.version + 1))
     if load.log_versions(store, dataset_uuid, after=seen_version)[: len(wanted)] != wanted:
         return _UNKNOWN  # entries of the range were deleted: their fences cannot be read
 

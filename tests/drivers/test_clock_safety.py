@@ -23,7 +23,7 @@ import kstore
 from kstore.blocks import load
 from kstore.blocks.commit import write_checkpoint
 from kstore.core import naming, runtime, serialize
-from kstore.errors import CommitConflictError, KeyNotFoundError, StoreError
+from kstore.errors import CommitConflictError, DatasetNotFoundError, KeyNotFoundError, StoreError
 from tests.drivers._stores import HookStore
 
 UUID = "ds"
@@ -483,3 +483,34 @@ def test_gc_replaces_a_damaged_checkpoint_it_needs(url):
     assert gc.expired_versions == (0, 1)
     assert st.get(naming.checkpoint_key(UUID, 2)) == good
     assert sorted(kstore.read_dataset(url, UUID, columns=["id"])["id"]) == [0, 1, 2]
+
+
+def test_a_delete_fence_behind_a_gc_fence_does_not_hide_its_cutoff(url):
+    """Seed 1400355 of the create-delete-mixed simulation. Writer W (clock 30 days ahead)
+    writes the files of an overwrite and stops before its claim. A garbage collection with
+    the same clock fences and deletes those files as orphans; then a host with a right
+    clock deletes the dataset, whose fence's cutoff is a month older than the GC's. W's
+    create then compared its files only with the newest fence's cutoff and committed a
+    version whose files were gone. Every fence committed after the version W had read
+    counts, a delete in between included: W is refused and nothing it wrote is listed."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    ahead = runtime.SystemRuntime().time() + 30 * DAY
+    fired: list[object] = []
+
+    def before(method, key):
+        if method == "put_if_absent" and "/_kstore/log/" in key and not fired:
+            with runtime.installed(runtime.FixedRuntime(ahead + 60, seed=7)):
+                fired.append(kstore.garbage_collect(url, UUID, retention=timedelta(0),
+                                                    enforce_retention_duration=False))
+            with runtime.installed(runtime.SystemRuntime()):
+                kstore.delete_dataset(url, UUID)
+
+    with runtime.installed(runtime.FixedRuntime(ahead, seed=8)), pytest.raises(CommitConflictError,
+                                                                                match="garbage collection"):
+        kstore.store_dataset(HookStore(url, before=before), UUID, frame(["b"], [1]), partition_on="p",
+                             mode="overwrite")
+    assert fired and fired[0].deleted_files  # the GC did delete W's files
+    with pytest.raises(DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)
+    kstore.store_dataset(url, UUID, frame(["c"], [2]), partition_on="p")  # a new create is not blocked
+    assert ids(url) == [2]
