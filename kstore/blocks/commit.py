@@ -709,16 +709,26 @@ def republish_newest(store: Store, uuid: str, published: int | None, fmt: Metada
     raise CorruptMetadataError(f"dataset {uuid!r}: the log kept growing while the main file was published")
 
 
-def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool = True) -> bool:
+def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool = True,
+                     replace: bool = False) -> bool:
     """Write the checkpoint of ``meta``'s version and point ``_last_checkpoint`` at it.
 
     Checkpoints are deterministic, so two writers (or a writer and GC) writing the same one
     agree. A committing writer's checkpoint is best effort (a failure costs readers replay,
     never a version); garbage collection's is not (``best_effort=False``: it raises).
+
+    An existing checkpoint is never overwritten unless ``replace`` (GC repairing one that
+    does not read back): once GC has verified it and deleted the entries below, it is the
+    only source of its version, and a late writer's second copy (which a store could
+    damage) must not replace it.
     """
     assert meta.version is not None
+    key = naming.checkpoint_key(meta.uuid, meta.version)
     try:
-        store.put(naming.checkpoint_key(meta.uuid, meta.version), checkpoint_bytes(meta))
+        if replace:
+            store.put(key, checkpoint_bytes(meta))
+        else:
+            store.put_if_absent(key, checkpoint_bytes(meta))
         store.put(naming.last_checkpoint_key(meta.uuid), serialize.dumps({"version": meta.version}, "json"))
     except KstoreError:
         if not best_effort:

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from kstore.blocks import load
 from kstore.blocks.commit import commit, republish_newest, write_checkpoint
 from kstore.core import naming, runtime, serialize
-from kstore.core.log import LOG_MIN_AGE, LogEntry, names_another_parent
+from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry, names_another_parent, successor_gone
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import Operation
@@ -165,14 +165,19 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
 
     linked, orphaned = _void_claims(entries, listing.checkpoints)
     void = linked | {v for v in orphaned if not _readable(store, uuid, v)}  # never retained, whatever their stamps say
-    before = [v for v in present if v not in void and (stamp(v) or now) < cutoff]
+    # a deletion (or GC's fence on a dataset that did not exist) ends the versions before it:
+    # none of them is retained, whatever its stamp (delete_dataset removed their files)
+    floor = max((v for v, e in entries.items() if e is not None and not e.expired and not e.has_dataset
+                 and e.operation in FENCE_OPERATIONS), default=-1)
+    before = [v for v in present if v not in void and v >= floor and (stamp(v) or now) < cutoff]
     boundary = max(before) if before else None
     main_version = main.version if main is not None else None
     retained, expired, drop = [], [], []
     log_cutoff = now - LOG_MIN_AGE
     for v in present:
         e = entries[v]
-        keep = v not in void and (v == newest or v == boundary or v == main_version or (stamp(v) or now) >= cutoff)
+        keep = v not in void and v >= floor and (v == newest or v == boundary or v == main_version
+                                                 or (stamp(v) or now) >= cutoff)
         if keep and e is None:
             raise CorruptMetadataError(
                 f"dataset {uuid!r}: the log entry of version {v} is damaged and the version is retained; "
@@ -226,6 +231,7 @@ def _void_claims(entries: dict[int, LogEntry | None], checkpoints: tuple[int, ..
     read can rebuild (not a base, their parent entry gone and no checkpoint of their own,
     not the newest): a void claim whose successor was deleted as well, which its writer
     could not tell (it raised CommitStateUnknownError); expiring them changes no answer.
+    And entries whose successor's entry is gone (:func:`~kstore.core.log.successor_gone`).
     Returns (linked, orphaned): the second still to be confirmed by a read attempt."""
     void: set[int] = set()
     orphaned: set[int] = set()
@@ -238,6 +244,8 @@ def _void_claims(entries: dict[int, LogEntry | None], checkpoints: tuple[int, ..
         elif (v != newest and v > 0 and e.has_dataset and not e.is_base and (v - 1) not in entries
               and v not in checkpoints):
             orphaned.add(v)
+        elif e.has_dataset and newest is not None and successor_gone(v, entries, newest):
+            orphaned.add(v)  # expired by a GC before, or a claim of an expired number
     return void, orphaned
 
 
@@ -288,6 +296,12 @@ def collect_garbage(
     #    written after this listing is no candidate, whatever its writer does)
     candidates = [k for k in keys if _is_file(dataset_uuid, k) and born_ms(k) < cutoff_ms]
     state = _read_log(store, dataset_uuid, now, cutoff)
+    if not dry_run and head.has_log and state.main_version != head.version:
+        # repair the main file a writer that died between its claim and its publish left
+        # behind (or a delete_dataset that died before removing it) before its references
+        # count: what only a stale main file references is garbage of this run, not the next
+        republish_newest(store, dataset_uuid, state.main_version, head.fmt or "json")
+        state = _read_log(store, dataset_uuid, now, cutoff)
     garbage = [k for k in candidates if k not in state.references]
     fence = None
     if garbage and not dry_run:
@@ -297,9 +311,6 @@ def collect_garbage(
         fence = done.entry.version if done.entry is not None else None
         state = _read_log(store, dataset_uuid, now, cutoff)
         garbage = [k for k in candidates if k not in state.references]
-    elif not dry_run and head.has_log and state.main_version != head.version:
-        # repair the main file a writer that died between its claim and its publish left behind
-        republish_newest(store, dataset_uuid, state.main_version, head.fmt or "json")
     if not dry_run:
         _expire(store, dataset_uuid, state)
         delete_many(store, garbage)  # S3: one DeleteObjects per 1,000 keys
@@ -354,11 +365,11 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
 def _write_verified_checkpoint(store: Store, meta: DatasetMetadata) -> None:
     """Write the checkpoint a retained version will be replayed from once the entries below
     it are gone, and read it back: a checkpoint that does not decode (a store that damaged
-    it) is written again, and GC stops with a StoreError (deleting nothing) if it still
-    does not."""
+    it) is written again (replacing it), and GC stops with a StoreError (deleting nothing)
+    if it still does not."""
     assert meta.version is not None
-    for _ in range(5):
-        write_checkpoint(store, meta, best_effort=False)
+    for attempt in range(5):
+        write_checkpoint(store, meta, best_effort=False, replace=attempt > 0)
         try:
             load.load_checkpoint(store, meta.uuid, meta.version)
             return

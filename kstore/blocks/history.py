@@ -11,7 +11,7 @@ from typing import Any
 
 from kstore.blocks import load
 from kstore.core import naming
-from kstore.core.log import LogEntry, names_another_parent
+from kstore.core.log import LogEntry, names_another_parent, successor_gone
 from kstore.core.runtime import parallel_map
 from kstore.core.summary import Record, Summary, decode_summary, encode_summary, record_of
 from kstore.errors import (
@@ -185,7 +185,8 @@ def _timeline(store: Store, dataset_uuid: str, listing: load.LogListing, *, batc
 
 def _live(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: int = 8) -> Iterator[Record]:
     """:func:`_timeline` without void claims (FORMAT.md C): a record whose successor names
-    another parent commit, and a version no read can rebuild (its predecessor's entry gone,
+    another parent commit, one whose successor's entry is gone (expired, or a claim of an
+    expired number: :func:`~kstore.core.log.successor_gone`), and a version no read can rebuild (its predecessor's entry gone,
     no checkpoint of its own, not the newest: a void claim whose successor was deleted too,
     confirmed by a read attempt; garbage collection expires both kinds. The read attempt also
     catches a summary's record of an entry that is a tombstone now: one a paused actor put
@@ -196,6 +197,8 @@ def _live(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: i
     for r in _timeline(store, dataset_uuid, listing, batch=batch):
         successor, newer = newer, r
         if r.kind == "dataset" and names_another_parent(r, successor):
+            continue
+        if r.kind == "dataset" and newest is not None and successor_gone(r.version, listed, newest):
             continue
         if (r.kind == "dataset" and r.version != newest and r.version - 1 not in listed
                 and r.version not in listing.checkpoints and not _rebuilds(store, dataset_uuid, r.version)):

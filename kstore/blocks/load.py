@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from kstore.core import naming, runtime, serialize
 from kstore.core.index import ColumnIndex, index_storage_type
-from kstore.core.log import LogEntry, names_another_parent
+from kstore.core.log import LogEntry, names_another_parent, successor_gone
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.runtime import parallel_map
@@ -435,6 +435,8 @@ def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, 
         found = False
         for v in batch:
             e = entries[v]
+            if chain and v != chain[-1].version - 1:
+                raise _Moved()  # a gap in the listing: GC deleted an entry of the chain meanwhile
             if e is None or e.expired:
                 if v == target:
                     raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {target} was expired by "
@@ -677,6 +679,11 @@ def resolve_version(store: Store, dataset_uuid: str, version: int) -> Resolved:
             why = ("was expired by garbage collection" if e is None or e.expired
                    else f"is a {e.operation!r} record: the dataset did not exist then")
             raise VersionNotFoundError(f"dataset {dataset_uuid!r}: version {version} {why}")
+        if listing.versions and successor_gone(version, set(listing.versions), listing.versions[-1]):
+            raise VersionNotFoundError(
+                f"dataset {dataset_uuid!r}: version {version} was expired by garbage collection (the entry "
+                f"of version {version + 1} is gone), or its entry is a void claim of a number used before "
+                "(FORMAT.md C)")
         if got.entry is not None and version + 1 in listing.versions:
             try:
                 successor: LogEntry | None = load_entry(store, dataset_uuid, version + 1)

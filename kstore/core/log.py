@@ -34,7 +34,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["LogEntry", "LOG_MIN_AGE", "FENCE_OPERATIONS", "Linked", "names_another_parent"]
+__all__ = ["LogEntry", "LOG_MIN_AGE", "FENCE_OPERATIONS", "Linked", "names_another_parent", "successor_gone"]
 
 #: A log entry is never deleted before it is this old (it is replaced by a tombstone when
 #: its version expires earlier). Together with the writers' base-age limit
@@ -245,6 +245,20 @@ def names_another_parent(claim: Linked, successor: Linked | None) -> bool:
     return (successor is not None and successor.version == claim.version + 1 and successor.parent == claim.version
             and successor.parent_commit_id is not None and claim.commit_id is not None
             and successor.parent_commit_id != claim.commit_id)
+
+
+def successor_gone(version: int, listed: Collection[int], newest: int) -> bool:
+    """True when ``version`` is older than the ``newest`` listed one but the entry after it
+    is not ``listed``: it is no retained version (FORMAT.md C). Entries are deleted only
+    when expired (or void claims, whose number's first entry was expired), and expiry runs
+    from the oldest version up, so the version before a deleted entry is expired too, or
+    is a claim that re-used an expired number (a writer paused past its check) and never
+    became a version. History, time travel and garbage collection all leave it out.
+
+    >>> successor_gone(0, {0, 2}, 2), successor_gone(1, {1, 2}, 2), successor_gone(2, {0, 2}, 2)
+    (True, False, False)
+    """
+    return version < newest and version + 1 not in listed
 
 
 def _strings(values: Any, where: str, name: str) -> tuple[str, ...]:

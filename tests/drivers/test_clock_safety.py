@@ -514,3 +514,150 @@ def test_a_delete_fence_behind_a_gc_fence_does_not_hide_its_cutoff(url):
         kstore.read_dataset(url, UUID)
     kstore.store_dataset(url, UUID, frame(["c"], [2]), partition_on="p")  # a new create is not blocked
     assert ids(url) == [2]
+
+def test_gc_retains_no_version_before_a_deletion(url):
+    """delete_dataset committed its fence, deleted entry 0 and paused before it removed
+    entry 1 (young: kept as a full entry until then). A GC meanwhile must not treat version 1
+    as retained (it would try to rebuild it and fail: its base is gone) but expire it: the
+    dataset was deleted (seed 3202134 of the mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.update_dataset(url, UUID, frame(["b"], [1]))
+    st = kstore.open_store(url)
+    entry1 = st.get(naming.log_key(UUID, 1))
+    kstore.delete_dataset(url, UUID)  # fence: version 2
+    st.put(naming.log_key(UUID, 1), entry1)  # as the paused deletion left it
+    for c in load.list_log(st, UUID).checkpoints:
+        st.delete(naming.checkpoint_key(UUID, c))
+    gc = kstore.garbage_collect(url, UUID)  # the default retention: version 1 is young
+    assert 1 in gc.expired_versions and 1 not in gc.retained_versions
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)
+
+
+class _Died(BaseException):
+    """A process killed mid-call (not an Exception: nothing in kstore handles it)."""
+
+
+def test_one_gc_removes_every_file_of_a_deletion_that_died_after_its_fence(url):
+    """delete_dataset claimed its fence and died before it published the empty main file or
+    deleted a file: the stale main file still names every file. One GC past the retention
+    repairs the main file first, so nothing is left for a second run (seed 3000094 of the
+    mixed simulation)."""
+    kstore.store_dataset(url, UUID, frame(["a", "b"], [0, 1]), partition_on="p")
+    claimed = []
+
+    def after(method, key, result):
+        if method == "put_if_absent" and key.startswith(naming.log_prefix(UUID)):
+            claimed.append(key)
+            raise _Died()
+
+    with pytest.raises(_Died):
+        kstore.delete_dataset(HookStore(url, after=after), UUID)
+    assert claimed == [naming.log_key(UUID, 1)]
+    st = kstore.open_store(url)
+    assert load.load_main(st, UUID)[0] is not None  # the stale main file
+    later = runtime.FixedRuntime(runtime.SystemRuntime().time() + timedelta(days=30).total_seconds(), seed=7)
+    with runtime.installed(later):
+        kstore.garbage_collect(url, UUID)
+    left = [k for k in st.iter_prefix(naming.dataset_prefix(UUID))
+            if not k.startswith(naming.log_prefix(UUID)) and not k.endswith(naming.COMMON_METADATA)]
+    assert left == []  # (GC keeps log entries and _common_metadata, FORMAT.md)
+    assert load.load_main(st, UUID)[0] is None
+    with pytest.raises(kstore.errors.DatasetNotFoundError):
+        kstore.read_dataset(url, UUID)
+
+
+class DamagingPuts(HookStore):
+    """A store that damages what it is given for ``key`` (truncated, as a failed upload)."""
+
+    def __init__(self, inner, key: str) -> None:
+        super().__init__(inner)
+        self.key = key
+
+    def put(self, key, data):
+        return super().put(key, data[: len(data) // 3] if key == self.key else data)
+
+    def put_if_absent(self, key, data):
+        return super().put_if_absent(key, data[: len(data) // 3] if key == self.key else data)
+
+
+def test_a_late_writer_never_replaces_the_checkpoint_gc_relies_on(url):
+    """GC verified the checkpoint of version 2 and deleted the entries below it; the writer
+    of version 2, paused until then, writes its own copy of that checkpoint, which the store
+    damages. The verified one must stay: it is the only source of version 2 now (seed
+    3301223 of the mixed simulation made every actor fail on the damaged copy)."""
+    st = three_versions_checkpointed_at_2(url)
+    for v in (0, 1):
+        st.delete(naming.log_key(UUID, v))  # as GC does once the checkpoint reads back
+    meta = load.load_version(st, UUID, 2)
+    write_checkpoint(DamagingPuts(url, naming.checkpoint_key(UUID, 2)), meta)  # the late writer
+    assert sorted(kstore.read_dataset(url, UUID, columns=["id"])["id"]) == [0, 1, 2]
+    kstore.update_dataset(url, UUID, frame(["d"], [3]))
+    assert sorted(kstore.read_dataset(url, UUID, columns=["id"])["id"]) == [0, 1, 2, 3]
+
+
+def test_a_reader_around_a_damaged_checkpoint_tolerates_a_gap_gc_made_below_it(url):
+    """A reader found the checkpoint of version 3 damaged; meanwhile GC wrote it again and
+    deleted entry 2 (a base: the create after a delete). Listed again, the log reads
+    3, 1, 0 around the skipped checkpoint: the gap means the log moved, not that the delete
+    fence of version 1 lies in the chain (seed 1301531 of the create-delete-mixed
+    simulation raised CorruptMetadataError there)."""
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+    kstore.delete_dataset(url, UUID)  # version 1: no dataset
+    kstore.store_dataset(url, UUID, frame(["b"], [1]), partition_on="p")  # version 2: a base
+    kstore.update_dataset(url, UUID, frame(["c"], [2]))
+    st = kstore.open_store(url)
+    cp = naming.checkpoint_key(UUID, 3)
+    write_checkpoint(st, load.load_version(st, UUID, 3))
+    good = st.get(cp)
+    st.put(cp, good[: len(good) // 3])
+    acted = []
+
+    def gc_meanwhile(method, key, result):
+        if method == "get" and key == cp and not acted:
+            acted.append(key)
+            st.put(cp, good)
+            st.delete(naming.log_key(UUID, 2))
+
+    reader = HookStore(url, after=gc_meanwhile)
+    assert sorted(kstore.read_dataset(reader, UUID, columns=["id"])["id"]) == [1, 2]
+    assert acted
+
+
+def test_a_create_claimed_below_a_gap_is_no_version(url):
+    """Seed 1000309 of the create-delete-mixed simulation. Writer W stages the create of a
+    new dataset and stops before its claim of number 0. Meanwhile another writer creates
+    the dataset and appends twice, and a garbage collection whose clock runs 30 days ahead
+    expires versions 0 and 1 (their entries deleted). W's claim of 0 then lands: a whole
+    state, so it rebuilds, but it re-used an expired number (the entry after it is gone,
+    nothing links it). W cannot tell and says so (CommitStateUnknownError); history(),
+    time travel and the next garbage collection must treat the entry as no version: not
+    listed, not readable, its entry removed (the first GC deleted its files as orphans)."""
+    fired: list[object] = []
+    ahead = runtime.FixedRuntime(runtime.SystemRuntime().time() + 30 * DAY, seed=11)
+
+    def before(method, key):
+        if method == "put_if_absent" and key.endswith(naming.log_key(UUID, 0)) and not fired:
+            with runtime.installed(runtime.SystemRuntime()):
+                kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p")
+                kstore.update_dataset(url, UUID, frame(["b"], [1]))
+                kstore.update_dataset(url, UUID, frame(["c"], [2]))
+            with runtime.installed(ahead):
+                fired.append(kstore.garbage_collect(url, UUID))
+
+    with pytest.raises(kstore.errors.CommitStateUnknownError):
+        kstore.store_dataset(HookStore(url, before=before), UUID, frame(["w"], [9]), partition_on="p")
+    st = kstore.open_store(url)
+    assert fired and fired[0].expired_versions == (0, 1)
+    assert load.list_log(st, UUID).versions == (0, 2, 3)  # W's entry at 0 below the gap; 3: GC's fence
+    assert load.load_entry(st, UUID, 0).operation == "create"
+    assert [h.version for h in kstore.history(url, UUID)] == [2, 3]
+    with pytest.raises(kstore.errors.VersionNotFoundError, match="version 1 is gone"):
+        load.load_version(st, UUID, 0)
+    assert ids(url) == [0, 1, 2]
+    assert any("/p=w/" in k for k in fired[0].deleted_files)  # W's files went as orphans
+    with runtime.installed(ahead):
+        gc = kstore.garbage_collect(url, UUID)
+    assert 0 in gc.expired_versions
+    assert 0 not in load.list_log(st, UUID).versions and ids(url) == [0, 1, 2]
+    every_listed_version_reads(url)
