@@ -54,7 +54,15 @@ from kstore.blocks.compact import (
     rewrite_group,
     worker_plan,
 )
-from kstore.blocks.job import WriteMode, as_columns, delete_files, finish_write, merge_worker_schemas, prepare_write
+from kstore.blocks.job import (
+    WriteMode,
+    WriteRequest,
+    as_columns,
+    delete_files,
+    finish_write,
+    merge_worker_schemas,
+    prepare_write,
+)
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import (
     ENGINE_TASK_THREADS,
@@ -66,7 +74,7 @@ from kstore.blocks.write import (
     write_partitions,
 )
 from kstore.core import naming
-from kstore.core.arguments import AsOf, as_bool, as_column_list, predicates_or_filters, store_uuid_data
+from kstore.core.arguments import AsOf, DataKind, as_bool, as_column_list, predicates_or_filters, store_uuid_data
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -324,10 +332,10 @@ def _write(
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: at most {_MAX_DASK_PARTITIONS} Dask partitions")
     st = open_store(store)
     factory = _worker_store(store, dataset_uuid)
-    job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on, secondary_indices=secondary_indices,
-                        table_name=table_name, schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata,
-                        metadata_format=metadata_format, txn=txn, must_exist=must_exist,
-                        write_options=write_options, sort_by=sort_by, commit_options=commit_options)
+    job = prepare_write(st, dataset_uuid, WriteRequest.of(
+        dataset_uuid, mode, partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
+        schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format,
+        txn=txn, must_exist=must_exist, write_options=write_options, sort_by=sort_by, commit_options=commit_options))
     if job.already_committed:  # a re-submitted transaction: already committed, nothing to write
         return job.existing if compute else delayed(_existing, pure=False)(job.existing)
     pon, sec = job.partition_on, job.index_columns
@@ -371,11 +379,12 @@ def _write(
 
 
 def _arguments(function: str, store: Any, dataset_uuid: Any, data: Any) -> tuple[StoreLike, str, dd.DataFrame]:
-    return store_uuid_data(f"kstore.dask.{function}", store, dataset_uuid, data,
-                           is_data=lambda d: isinstance(d, dd.DataFrame), data_kind="a dask.dataframe.DataFrame",
-                           stacklevel=4,
-                           hint=lambda d: " (wrap a pandas DataFrame with dask.dataframe.from_pandas)"
-                           if isinstance(d, pd.DataFrame) else "")
+    return store_uuid_data(f"kstore.dask.{function}", store, dataset_uuid, data, _DASK_FRAME, stacklevel=4)
+
+
+_DASK_FRAME = DataKind("a dask.dataframe.DataFrame", lambda d: isinstance(d, dd.DataFrame),
+                       lambda d: " (wrap a pandas DataFrame with dask.dataframe.from_pandas)"
+                       if isinstance(d, pd.DataFrame) else "")
 
 
 def _existing(meta: DatasetMetadata) -> DatasetMetadata:

@@ -26,6 +26,7 @@ from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
     WRITE_MODES,
     WriteMode,
+    WriteRequest,
     finish_write,
     prepare_write,
     write_files,
@@ -183,10 +184,10 @@ def store_dataset(
             raise InvalidArgumentError(f"overwrite=True and mode={mode!r} were both given; pass mode='overwrite'")
         mode = "overwrite" if overwrite else mode
     with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
-        job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
-                            secondary_indices=secondary_indices, table_name=table_name, schema_mode=schema_mode,
-                            metadata=metadata, metadata_format=metadata_format, txn=txn,
-                            write_options=write_options, sort_by=sort_by, commit_options=commit_options)
+        job = prepare_write(st, dataset_uuid, WriteRequest.of(
+            dataset_uuid, mode, partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
+            schema_mode=schema_mode, metadata=metadata, metadata_format=metadata_format, txn=txn,
+            write_options=write_options, sort_by=sort_by, commit_options=commit_options))
         if job.already_committed:
             return job.existing  # a retried job: nothing to write
         files, schema = write_files(job, data)
@@ -264,10 +265,10 @@ def update_dataset(
     """
     mode = as_choice(mode, ("append", "overwrite_partitions"), "mode")
     with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
-        job = prepare_write(st, dataset_uuid, mode=mode, partition_on=partition_on,
-                            secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=delete_scope,
-                            metadata=metadata, txn=txn, must_exist=True, write_options=write_options,
-                            sort_by=sort_by, commit_options=commit_options)
+        job = prepare_write(st, dataset_uuid, WriteRequest.of(
+            dataset_uuid, mode, partition_on=partition_on, secondary_indices=secondary_indices,
+            schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata, txn=txn, must_exist=True,
+            write_options=write_options, sort_by=sort_by, commit_options=commit_options))
         if job.already_committed:
             return job.existing  # re-submitted transaction: nothing to do
         files, schema = write_files(job, data) if data is not None else ([], None)

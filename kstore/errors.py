@@ -12,6 +12,7 @@ at fault, e.g. ``"dataset 'sales': column 'day' is date32; cannot compare with '
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -57,6 +58,31 @@ class KstoreError(Exception):
 
 class StoreError(KstoreError):
     """A store could not be opened or did not behave as the store protocol requires."""
+
+
+def failed_deletes_error(failed: Sequence[tuple[str, Any]], where: str = "") -> StoreError:
+    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them).
+
+    Parameters
+    ----------
+    failed
+        ``(key, reason)`` pairs.
+    where
+        Text appended after the count (e.g. ``" from s3://bucket"``).
+
+    Returns
+    -------
+    StoreError
+        The error to raise.
+
+    Examples
+    --------
+    >>> str(failed_deletes_error([("a", "denied")]))
+    "could not delete 1 key(s): 'a' (denied)"
+    """
+    shown = ", ".join(f"{key!r} ({why})" for key, why in failed[:10])
+    more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+    return StoreError(f"could not delete {len(failed)} key(s){where}: {shown}{more}")
 
 
 class StoreNotFoundError(StoreError, FileNotFoundError):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from kstore.blocks import load, mutate
-from kstore.blocks.commit import commit
+from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionPlan,
@@ -33,7 +33,6 @@ from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
-from kstore.blocks.job import delete_files
 from kstore.blocks.write import WrittenFile
 from kstore.core import naming, runtime
 from kstore.core.arguments import AsOf, as_bool, as_columns, as_count, as_timestamp, as_txn, as_version, as_workers
@@ -41,7 +40,7 @@ from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation
 from kstore.core.predicates import Predicates
-from kstore.errors import CommitStateUnknownError, DatasetExistsError, InvalidArgumentError
+from kstore.errors import DatasetExistsError, InvalidArgumentError
 from kstore.io.progress import ProgressLike, bar, check_progress, is_data_file, tracked
 from kstore.io.store import StoreLike, open_store
 
@@ -582,7 +581,8 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
     files: list[WrittenFile] = []
     n_files = sum(len(tables) for tables in meta.partitions.values())
     with tracked(dst, progress, f"copy {dataset_uuid}", method="put", total=n_files, key_filter=is_data_file) as out:
-        try:
+
+        def copy_and_commit() -> DatasetMetadata:
             for label, tables in meta.partitions.items():
                 for table, key in tables.items():
                     data = src.get(key)
@@ -592,11 +592,8 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
                            table=meta.table, index_columns=tuple(prebuilt))
             return commit(out, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
                           prebuilt_indices=prebuilt).dataset
-        except CommitStateUnknownError:
-            raise  # committed (or may be): its files stay
-        except BaseException:
-            delete_files(dst, files)  # no half-written copy
-            raise
+
+        return owning_files(dst, files, copy_and_commit)  # no half-written copy
 
 
 def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:

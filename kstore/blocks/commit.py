@@ -31,12 +31,12 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstore import __version__
+from kstore._version import __version__
 from kstore.blocks import load
 from kstore.blocks.history import write_summary
 from kstore.blocks.load import Head
@@ -44,6 +44,7 @@ from kstore.blocks.read import index_from_store
 from kstore.blocks.write import (
     WrittenFile,
     common_metadata_bytes,
+    delete_files,
     write_index_file,
 )
 from kstore.core import naming, runtime, serialize
@@ -69,7 +70,7 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.commit")
 
-__all__ = ["commit", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms", "write_checkpoint"]
+__all__ = ["commit", "owning_files", "Committed", "added_files", "BASE_MAX_AGE", "oldest_file_ms", "write_checkpoint"]
 
 #: A commit claims a version only on a log listing younger than this. Log entries are never
 #: deleted before :data:`~kstore.core.log.LOG_MIN_AGE`, so the number it claims cannot have
@@ -103,6 +104,42 @@ class Committed:
 
 def added_files(files: Sequence[WrittenFile]) -> tuple[AddedFile, ...]:
     return tuple(AddedFile(f.label, f.table, f.key) for f in files)
+
+
+_M = TypeVar("_M", bound="DatasetMetadata | None")
+
+
+def owning_files(store: Store, files: Sequence[WrittenFile], work: Callable[[], _M]) -> _M:
+    """Run ``work`` (everything from the first written file up to the one :func:`commit`
+    that adds ``files``) as the owner of those files: the one place that decides their fate.
+
+    - ``work`` fails before the claim: the files are deleted (nothing half-written);
+    - :class:`~kstore.errors.CommitStateUnknownError`: they stay (the version is, or may
+      be, committed; GC removes them if it is not);
+    - the state ``work`` returns does not name them: deleted (the same transaction was
+      committed before, or nothing was committed).
+
+    ``files`` may be a list ``work`` still appends to: it is read when the fate is decided.
+
+    >>> from kstore.io import MemoryStore
+    >>> st = MemoryStore()
+    >>> st.put("d/table/x.parquet", b"")
+    >>> f = WrittenFile("x", "table", "d/table/x.parquet", None)  # type: ignore[arg-type]
+    >>> owning_files(st, [f], lambda: None)  # no state names it: deleted
+    >>> st.exists("d/table/x.parquet")
+    False
+    """
+    try:
+        result = work()
+    except CommitStateUnknownError:
+        raise  # the version is (or may be) committed: its files must stay
+    except BaseException:
+        delete_files(store, files)
+        raise
+    meta: DatasetMetadata | None = result
+    if files and (meta is None or not meta.has_keys([f.key for f in files])):
+        delete_files(store, files)
+    return result
 
 
 def oldest_file_ms(keys: Sequence[str]) -> int | None:

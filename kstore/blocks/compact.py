@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit
+from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.mutate import base_version
 from kstore.blocks.planned import reading_planned
 from kstore.blocks.read import concat_tables, read_task
@@ -52,7 +52,7 @@ from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
 from kstore.core.writer_options import WriteOptions
-from kstore.errors import CommitStateUnknownError, InvalidArgumentError
+from kstore.errors import InvalidArgumentError
 from kstore.io.store import Store
 
 __all__ = ["CompactionGroup", "CompactionPlan", "plan_compaction", "rewrite_group", "rewrite_groups",
@@ -318,16 +318,9 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
     op = Operation(kind="compaction", remove=remove, read_version=plan.version, partition_on=plan.partition_on,
                    table=plan.table, txn=plan.txn, info=info,
                    metadata=plain(options.metadata), read_incarnation=plan.incarnation, checks_incarnation=True)
-    try:
-        meta = commit(store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
-                      seen_version=plan.version,
-                      max_attempts=options.max_attempts).dataset
-    except CommitStateUnknownError:
-        raise  # the version is (or may be) committed: its files must stay
-    except BaseException:
-        delete_files(store, files)
-        raise
+    meta = owning_files(store, files, lambda: commit(
+        store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed, seen_version=plan.version,
+        max_attempts=options.max_attempts).dataset)
     if files and not meta.has_keys([f.key for f in files]):
-        delete_files(store, files)  # the transaction was committed before: these files are unused
-        return plan, meta
+        return plan, meta  # the transaction was committed before (its files were deleted)
     return replace(plan, committed=meta.version, bytes_out=sum(f.stats.nbytes for f in files)), meta

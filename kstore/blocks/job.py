@@ -16,7 +16,7 @@ Examples
 >>> from kstore.io.memory import MemoryStore
 >>> from kstore.blocks.write import to_arrow, write_partitions
 >>> st = MemoryStore()
->>> job = prepare_write(st, "ds", mode="error", partition_on=["p"])
+>>> job = prepare_write(st, "ds", WriteRequest.of("ds", "error", partition_on=["p"]))
 >>> files = write_partitions(st, "ds", to_arrow(pd.DataFrame({"p": [1, 2], "x": [3, 4]})),
 ...                          partition_on=job.partition_on, index_columns=job.index_columns)
 >>> meta = finish_write(job, files, check_schema(job, pd.DataFrame({"p": [1], "x": [3]})))
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import pyarrow as pa
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit
+from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.load import Head
 from kstore.blocks.mutate import base_version
 from kstore.blocks.scope import resolve_scope, scope_from_files
@@ -48,7 +48,6 @@ from kstore.core.operations import Operation, OperationKind
 from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
-    CommitStateUnknownError,
     DatasetExistsError,
     DatasetNotFoundError,
     InvalidArgumentError,
@@ -57,7 +56,7 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.write")
 
-__all__ = ["WriteMode", "WRITE_MODES", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
+__all__ = ["WriteMode", "WRITE_MODES", "WriteRequest", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
            "delete_files", "as_columns", "write_files"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
@@ -121,59 +120,86 @@ def _one_of(keyword: Any, option: Any, name: str, dataset_uuid: str) -> Any:
     return option if keyword is None else keyword
 
 
-def prepare_write(
-    store: Store,
-    dataset_uuid: str,
-    *,
-    mode: WriteMode,
-    partition_on: str | Sequence[str] | None = None,
-    secondary_indices: str | Sequence[str] | None = None,
-    table_name: str = naming.DEFAULT_TABLE,
-    schema_mode: Literal["strict", "merge"] = "strict",
-    delete_scope: Sequence[Mapping[str, Any]] | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat | None = None,
-    txn: tuple[str, int] | None = None,
-    must_exist: bool = False,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    base: DatasetMetadata | None = None,
-    commit_options: CommitOptions | Mapping[str, Any] | None = None,
-) -> WriteJob:
-    """Validate a write and load what it builds on (client side, before any file is written).
+@dataclass(frozen=True)
+class WriteRequest:
+    """One write as the caller asked for it: validated and normalized once, at the API edge
+    (:meth:`of`); :func:`prepare_write` then loads what it builds on. Immutable.
 
     ``mode``: ``"error"`` creates (an existing dataset is an error), ``"overwrite"`` replaces,
     ``"append"`` adds files, ``"overwrite_partitions"`` replaces the partition values the new
     data touches. Appending to a missing dataset creates it unless ``must_exist``.
-    ``write_options`` (:class:`~kstore.core.writer_options.WriteOptions` or a dict of its
-    fields) and ``sort_by`` say how the files are encoded; they are validated here.
-    ``commit_options`` (:class:`~kstore.core.commit_options.CommitOptions` or a dict) say how
-    the commit is made; its ``txn`` and ``metadata`` may be given as keywords instead.
+    ``options`` say how the files are encoded (sort order included), ``commit`` how the
+    commit is made. ``base`` (a committed version of this dataset, e.g. a snapshot's
+    metadata) makes the write build on that version instead of the newest: partitions an
+    overwrite or delete scope removes are resolved there, and the commit fails with
+    :class:`~kstore.errors.CommitConflictError` if a version committed after it removed them
+    or added files inside the scope (appends commute).
 
-    ``base`` (a committed version of this dataset, e.g. a snapshot's metadata) makes the
-    write build on that version instead of the newest: partitions an overwrite or delete
-    scope removes are resolved there, and the commit fails with
-    :class:`~kstore.errors.CommitConflictError` if a version committed after it removed
-    them or added files inside the scope (appends commute).
+    Examples
+    --------
+    >>> r = WriteRequest.of("ds", "append", partition_on="p", txn=("job", 1))
+    >>> r.partition_on, r.commit.txn, r.options.sort_by
+    (('p',), ('job', 1), ())
+    >>> WriteRequest.of("ds", "upsert")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: mode must be one of 'error', 'overwrite', 'append', 'overwrite_partitions', got 'upsert' (str)
     """
-    options = WriteOptions.of(write_options, sort_by=sort_by)
-    naming.validate_name(dataset_uuid)
-    naming.validate_name(table_name, "table name")
-    as_choice(mode, WRITE_MODES, "mode")
-    as_choice(schema_mode, ("strict", "merge"), "schema_mode")
-    if metadata_format is not None:
-        as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
-    txn = as_txn(txn)
-    opts = CommitOptions.of(commit_options)
-    txn = _one_of(txn, opts.txn, "txn", dataset_uuid)
-    metadata = _one_of(metadata, plain(opts.metadata), "metadata", dataset_uuid)
-    info, max_attempts = plain(opts.info), opts.max_attempts
-    scopes = as_delete_scope(delete_scope, dataset_uuid)
-    pon = as_columns(partition_on, "partition_on")
-    sec = as_columns(secondary_indices, "secondary_indices")
-    naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
+
+    mode: WriteMode
+    partition_on: tuple[str, ...] = ()
+    secondary_indices: tuple[str, ...] = ()
+    table_name: str = naming.DEFAULT_TABLE
+    schema_mode: Literal["strict", "merge"] = "strict"
+    delete_scope: tuple[Mapping[str, Any], ...] | None = None
+    metadata_format: MetadataFormat | None = None
+    must_exist: bool = False
+    options: WriteOptions = DEFAULT_OPTIONS
+    commit: CommitOptions = CommitOptions()
+    base: DatasetMetadata | None = None
+
+    @classmethod
+    def of(cls, dataset_uuid: str, mode: WriteMode, *, write_options: WriteOptions | Mapping[str, Any] | None = None,
+           sort_by: str | Sequence[str] | None = None, txn: tuple[str, int] | None = None,
+           metadata: Mapping[str, Any] | None = None, commit_options: CommitOptions | Mapping[str, Any] | None = None,
+           **given: Any) -> WriteRequest:
+        """Validate a write's arguments (``given``: the other fields, in the user's types:
+        a column name or a list of them, a list of delete scopes). ``txn`` and ``metadata``
+        may be given as keywords or in ``commit_options``, not both; ``write_options`` and
+        ``sort_by`` make :attr:`options`."""
+        unknown = sorted(set(given) - {f.name for f in fields(cls)} - {"mode", "options", "commit"})
+        if unknown or "mode" in given or "options" in given or "commit" in given:
+            raise InvalidArgumentError(f"unknown write argument(s) {unknown or sorted(given)}")
+        naming.validate_name(dataset_uuid)
+        table_name = given.get("table_name", naming.DEFAULT_TABLE)
+        naming.validate_name(table_name, "table name")
+        as_choice(mode, WRITE_MODES, "mode")
+        schema_mode = given.get("schema_mode", "strict")
+        as_choice(schema_mode, ("strict", "merge"), "schema_mode")
+        metadata_format = given.get("metadata_format")
+        if metadata_format is not None:
+            as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
+        opts = CommitOptions.of(commit_options)
+        txn = _one_of(as_txn(txn), opts.txn, "txn", dataset_uuid)
+        metadata = _one_of(metadata, plain(opts.metadata), "metadata", dataset_uuid)
+        pon = as_columns(given.get("partition_on"), "partition_on")
+        sec = as_columns(given.get("secondary_indices"), "secondary_indices")
+        naming.check_key_columns(dataset_uuid, partition_on=pon, index_columns=sec)
+        return cls(mode=mode, partition_on=tuple(pon), secondary_indices=tuple(sec), table_name=table_name,
+                   schema_mode=schema_mode, delete_scope=as_delete_scope(given.get("delete_scope"), dataset_uuid),
+                   metadata_format=metadata_format, must_exist=bool(given.get("must_exist", False)),
+                   options=WriteOptions.of(write_options, sort_by=sort_by),
+                   commit=replace(opts, txn=txn, metadata=metadata), base=given.get("base"))
+
+
+def prepare_write(store: Store, dataset_uuid: str, request: WriteRequest) -> WriteJob:
+    """Load what the write ``request`` builds on and decide the partition columns and the
+    indices the new files must carry values for (client side, before any file is written)."""
+    mode, base, pon, sec = request.mode, request.base, request.partition_on, request.secondary_indices
+    metadata_format, table_name, txn = request.metadata_format, request.table_name, request.commit.txn
+    metadata = plain(request.commit.metadata)
     head: Head | None = None
     base_format: MetadataFormat | None
     if base is not None:
@@ -184,18 +210,18 @@ def prepare_write(
     else:
         head = load.load_head(store, dataset_uuid, missing_store_ok=True)  # a first write creates the store
         base, base_format = head.meta, head.fmt
-    if base is None and must_exist:
+    if base is None and request.must_exist:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist; create it with store_dataset")
     # the log entry is JSON, the main file JSON or msgpack: a value either cannot hold fails now
     main_format = (metadata_format if (base is None or mode in ("error", "overwrite")) else None) or base_format
     serialize.check_encodable(metadata, f"dataset {dataset_uuid!r}: metadata", ("json", main_format or "json"))
     job = WriteJob(store=store, dataset_uuid=dataset_uuid, mode=mode, partition_on=pon,
                    index_columns=tuple(c for c in sec if c not in pon), table_name=table_name, base=base,
-                   base_schema=None, schema_mode=schema_mode,
-                   delete_scope=scopes,
+                   base_schema=None, schema_mode=request.schema_mode,
+                   delete_scope=request.delete_scope,
                    metadata=metadata, metadata_format=metadata_format, txn=txn, base_format=base_format,
-                   head=head, options=options, requested_indices=tuple(c for c in sec if c not in pon),
-                   info=info, max_attempts=max_attempts)
+                   head=head, options=request.options, requested_indices=tuple(c for c in sec if c not in pon),
+                   info=plain(request.commit.info), max_attempts=request.commit.max_attempts)
     if job.already_committed:
         assert txn is not None
         log.info("dataset %r: %s with txn %s:%d was committed before; nothing to do", dataset_uuid, mode,
@@ -207,7 +233,7 @@ def prepare_write(
             "append to it"
         )
     if job.creates:
-        if delete_scope:
+        if request.delete_scope:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: delete_scope needs an existing dataset")
         if mode == "overwrite_partitions" and not pon:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
@@ -301,47 +327,40 @@ def _seen_version(job: WriteJob) -> int | None:
 def finish_write(job: WriteJob, files: Sequence[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:
     """Make the job's one commit. ``schema`` is the merged normalized schema of the new data."""
     files = list(files)
-    st = job.store
-    try:
-        if job.already_committed:
-            delete_files(st, files)
-            return job.existing
-        scope_fn: Callable[[DatasetMetadata], set[str]] | None = None
-        remove: tuple[str, ...] = ()
-        if files and not job.creates:  # new values may not fit another engine's narrower types
-            job = replace(job, metadata=drop_stale_type_hints(job.existing.metadata, job.metadata))
-        if job.creates:
-            op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
-                           partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
-                           table=job.table_name, txn=job.txn, info=job.info)
-        else:
-            if job.delete_scope is not None or job.mode == "overwrite_partitions":
-                scopes = list(job.delete_scope or [])
-                if job.mode == "overwrite_partitions":
-                    scopes += scope_from_files(files, job.partition_on)
-                base_schema = job.base_schema
+    return owning_files(job.store, files, lambda: _commit_job(job, files, schema))
 
-                def scope_fn(meta: DatasetMetadata, _scopes: list[Mapping[str, Any]] = scopes) -> set[str]:
-                    return resolve_scope(meta, base_schema, _scopes)
 
-                remove = tuple(sorted(scope_fn(job.existing)))
-            if not files and not remove and not job.metadata and job.txn is None:
-                return job.existing  # nothing to change (a delete scope matching nothing): no empty version
-            kind: OperationKind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
-                                   else "delete_scope" if remove and not files else "append")
-            op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
-                           index_columns=job.requested_indices, metadata=job.metadata,
-                           schema_mode=job.schema_mode, table=job.table_name, txn=job.txn,
-                           scope_labels=frozenset(remove) if scope_fn else None, info=job.info,
-                           read_incarnation=job.existing.incarnation, checks_incarnation=True)
-        meta = commit(st, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                      metadata_format=job.metadata_format if job.creates else None, known_base=job.head,
-                      max_attempts=job.max_attempts, seen_version=_seen_version(job)).dataset
-    except CommitStateUnknownError:
-        raise  # the version is (or may be) committed: its files must stay
-    except BaseException:
-        delete_files(st, files)
-        raise
-    if files and not (meta.has_keys([f.key for f in files])):
-        delete_files(st, files)  # a concurrent retry of the same transaction committed first
-    return meta
+def _commit_job(job: WriteJob, files: list[WrittenFile], schema: pa.Schema | None) -> DatasetMetadata:
+    if job.already_committed:
+        return job.existing  # (names none of the files: they are deleted)
+    scope_fn: Callable[[DatasetMetadata], set[str]] | None = None
+    remove: tuple[str, ...] = ()
+    if files and not job.creates:  # new values may not fit another engine's narrower types
+        job = replace(job, metadata=drop_stale_type_hints(job.existing.metadata, job.metadata))
+    if job.creates:
+        op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
+                       partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
+                       table=job.table_name, txn=job.txn, info=job.info)
+    else:
+        if job.delete_scope is not None or job.mode == "overwrite_partitions":
+            scopes = list(job.delete_scope or [])
+            if job.mode == "overwrite_partitions":
+                scopes += scope_from_files(files, job.partition_on)
+            base_schema = job.base_schema
+
+            def scope_fn(meta: DatasetMetadata, _scopes: list[Mapping[str, Any]] = scopes) -> set[str]:
+                return resolve_scope(meta, base_schema, _scopes)
+
+            remove = tuple(sorted(scope_fn(job.existing)))
+        if not files and not remove and not job.metadata and job.txn is None:
+            return job.existing  # nothing to change (a delete scope matching nothing): no empty version
+        kind: OperationKind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
+                               else "delete_scope" if remove and not files else "append")
+        op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
+                       index_columns=job.requested_indices, metadata=job.metadata,
+                       schema_mode=job.schema_mode, table=job.table_name, txn=job.txn,
+                       scope_labels=frozenset(remove) if scope_fn else None, info=job.info,
+                       read_incarnation=job.existing.incarnation, checks_incarnation=True)
+    return commit(job.store, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
+                  metadata_format=job.metadata_format if job.creates else None, known_base=job.head,
+                  max_attempts=job.max_attempts, seen_version=_seen_version(job)).dataset

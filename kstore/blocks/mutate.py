@@ -18,9 +18,9 @@ Examples
 --------
 >>> import pandas as pd
 >>> from kstore.io.memory import MemoryStore
->>> from kstore.blocks.job import finish_write, prepare_write, write_files
+>>> from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 >>> st = MemoryStore()
->>> job = prepare_write(st, "d", mode="error", partition_on=["p"])
+>>> job = prepare_write(st, "d", WriteRequest.of("d", "error", partition_on=["p"]))
 >>> meta = finish_write(job, *write_files(job, pd.DataFrame({"p": [1, 1, 2], "x": [5, 6, 7]})))
 >>> meta = delete_rows(st, "d", [[("x", "==", 6)]])
 >>> meta.version, sorted(build_indices(st, "d", ["x"]).indices)
@@ -41,10 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.blocks import load
-from kstore.blocks.commit import commit
+from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.planned import reading_planned, replan
 from kstore.blocks.read import index_from_store, read_task
-from kstore.blocks.write import WrittenFile, delete_files, write_partitions
+from kstore.blocks.write import WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
@@ -55,7 +55,6 @@ from kstore.core.predicates import bind, parse, to_expression
 from kstore.core.types import read_schema
 from kstore.errors import (
     ColumnNotFoundError,
-    CommitStateUnknownError,
     DatasetNotFoundError,
     InvalidArgumentError,
 )
@@ -193,8 +192,9 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: Dataset
     expr = to_expression(dnf, read_schema(schema))
     data_cols = [c for c in schema.names if c not in base.partition_keys]
     files: list[WrittenFile] = []
-    remove = []
-    try:
+    remove: list[str] = []
+
+    def rewrite_and_commit() -> DatasetMetadata:
         for task in plan.tasks:
             with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], "delete_rows"):
                 full = read_task(store, plan, replace(task, residual=None), list(schema.names))
@@ -226,16 +226,10 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: Dataset
                        partition_on=base.partition_keys, txn=options.txn, scope_labels=planned,
                        metadata=plain(options.metadata), info=plain(options.info),
                        read_incarnation=(origin or base).incarnation, checks_incarnation=True)
-        meta = commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match, seen_version=base.version,
+        return commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match, seen_version=base.version,
                       max_attempts=options.max_attempts).dataset
-    except CommitStateUnknownError:
-        raise  # committed (or may be): its files stay
-    except BaseException:
-        delete_files(store, files)  # nothing half-written
-        raise
-    if files and not meta.has_keys([f.key for f in files]):
-        delete_files(store, files)  # the transaction was committed before: these files are unused
-    return meta
+
+    return owning_files(store, files, rewrite_and_commit)
 
 
 def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:

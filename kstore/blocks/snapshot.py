@@ -748,11 +748,12 @@ class Snapshot:
                scope: Sequence[Mapping[str, Any]] | None, secondary_indices: str | Sequence[str] | None,
                schema_mode: Literal["strict", "merge"], write_options: Any, sort_by: str | Sequence[str] | None,
                options: CommitOptions | Mapping[str, Any] | None) -> Snapshot:
-        from kstore.blocks.job import finish_write, prepare_write, write_files
+        from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 
-        job = prepare_write(self.store, self.dataset_uuid, mode=mode, base=self.metadata, must_exist=True,
-                            secondary_indices=secondary_indices, schema_mode=schema_mode, delete_scope=scope,
-                            write_options=write_options, sort_by=sort_by, commit_options=options)
+        job = prepare_write(self.store, self.dataset_uuid, WriteRequest.of(
+            self.dataset_uuid, mode, base=self.metadata, must_exist=True, secondary_indices=secondary_indices,
+            schema_mode=schema_mode, delete_scope=scope, write_options=write_options, sort_by=sort_by,
+            commit_options=options))
         if job.already_committed:
             return self
         files, schema = write_files(job, data) if data is not None else ([], None)

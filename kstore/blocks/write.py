@@ -698,20 +698,6 @@ def delete_by_token(store: Store, dataset_uuid: str, table: str, token: str) -> 
     delete_keys(store, keys)
 
 
-def index_from_files(column: str, files: Iterable[WrittenFile], vtype: pa.DataType) -> ColumnIndex:
-    """Build the index of ``column`` over freshly written files."""
-    vals, labels = [], []
-    for f in files:
-        arr = f.index_values.get(column)
-        if arr is None or len(arr) == 0:
-            continue
-        vals.append(arr.cast(vtype) if not arr.type.equals(vtype) else arr)
-        labels.append(pa.array([f.label] * len(arr), pa.string()))
-    if not vals:
-        return ColumnIndex.empty(column, vtype)
-    return ColumnIndex.build(column, pa.concat_arrays(vals), pa.concat_arrays(labels))
-
-
 def _parquet_native(t: pa.DataType) -> bool:
     """Types a Parquet reader restores exactly without the stored Arrow schema."""
     return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_string(t)

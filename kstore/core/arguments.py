@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from kstore.errors import InvalidArgumentError, short_repr
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 AsOf: TypeAlias = dt.datetime | str | None
 
 __all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
-           "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters", "store_uuid_data",
+           "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters", "DataKind", "store_uuid_data",
            "looks_like_predicates"]
 
 
@@ -262,30 +263,38 @@ def _is_frame(value: Any) -> bool:
     return hasattr(value, "columns") and (hasattr(value, "dtypes") or hasattr(value, "schema"))
 
 
-def store_uuid_data(function: str, store: Any, dataset_uuid: Any, data: Any, *, is_data: Callable[[Any], bool],
-                    data_kind: str, optional: bool = False,
-                    hint: Callable[[Any], str] = lambda data: "", stacklevel: int = 3) -> tuple[Any, str, Any]:
+@dataclass(frozen=True)
+class DataKind:
+    """What an engine's write takes as its data: ``name`` (shown in errors), ``is_data``
+    (tells it) and ``hint`` (advice for a value that is not it, e.g. a pandas frame)."""
+
+    name: str
+    is_data: Callable[[Any], bool]
+    hint: Callable[[Any], str] = lambda data: ""
+
+
+def store_uuid_data(function: str, store: Any, dataset_uuid: Any, data: Any, kind: DataKind, *,
+                    optional: bool = False, stacklevel: int = 3) -> tuple[Any, str, Any]:
     """The arguments of an engine's write in kstore's one order ``(store, dataset_uuid,
     data)``, also when given in the engine's old order ``(data, store, dataset_uuid)``
     (then with a :class:`FutureWarning`, for one release).
 
-    ``function`` is the full name (``"kstore.spark.store_dataset"``); ``is_data`` tells the
-    engine's data type and ``hint`` adds advice for a wrong one; ``stacklevel`` points the
-    warning at the user's call; with ``optional``, ``data`` may be None (a delete-only update; the
-    old order was ``(None, store, dataset_uuid)``). A wrong type in any position is an
+    ``function`` is the full name (``"kstore.spark.store_dataset"``); ``kind`` tells the
+    engine's data type; ``stacklevel`` points the warning at the user's call; with
+    ``optional``, ``data`` may be None (a delete-only update; the old order was
+    ``(None, store, dataset_uuid)``). A wrong type in any position is an
     :class:`~kstore.errors.InvalidArgumentError` that names the position and the order.
 
-    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", [1], is_data=lambda d: isinstance(d, list),
-    ...                 data_kind="a list")
+    >>> rows = DataKind("a list", lambda d: isinstance(d, list))
+    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", [1], rows)
     ('/data', 'sales', [1])
-    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", "rows", is_data=lambda d: isinstance(d, list),
-    ...                 data_kind="a list")
+    >>> store_uuid_data("kstore.x.store_dataset", "/data", "sales", "rows", rows)
     Traceback (most recent call last):
     ...
     kstore.errors.InvalidArgumentError: kstore.x.store_dataset: the third argument (dataset 'sales') is the data, a list, got str
     """
     short = function.rsplit(".", 1)[-1]
-    if is_data(store) or (optional and store is None and isinstance(data, str)):
+    if kind.is_data(store) or (optional and store is None and isinstance(data, str)):
         warnings.warn(f"{function}(data, store, dataset_uuid) is deprecated; pass (store, dataset_uuid, data) "
                       f"like kstore.{short}", FutureWarning, stacklevel=stacklevel)
         store, dataset_uuid, data = dataset_uuid, data, store
@@ -295,7 +304,7 @@ def store_uuid_data(function: str, store: Any, dataset_uuid: Any, data: Any, *, 
     if not isinstance(dataset_uuid, str):
         raise InvalidArgumentError(f"{function}: the second argument is the dataset name (a str), got "
                                    f"{type(dataset_uuid).__name__}; call {short}(store, dataset_uuid, data)")
-    if not (is_data(data) or (optional and data is None)):
+    if not (kind.is_data(data) or (optional and data is None)):
         raise InvalidArgumentError(f"{function}: the third argument (dataset {dataset_uuid!r}) is the data, "
-                                   f"{data_kind}, got {type(data).__name__}{hint(data)}")
+                                   f"{kind.name}, got {type(data).__name__}{kind.hint(data)}")
     return store, dataset_uuid, data

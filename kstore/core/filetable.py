@@ -691,14 +691,3 @@ class Actions:
             if any(add.column(i).null_count for i in range(3)):
                 raise CorruptMetadataError(f"{where}: actions.add has null labels, tables or keys")
         return cls(add=add, remove=tuple(remove), set=MappingProxyType(dict(small)))
-
-
-def labels_of(actions: Sequence[Actions]) -> tuple[set[str], set[str]]:
-    """(labels added, labels removed) over a sequence of actions, for conflict checks."""
-    added: set[str] = set()
-    removed: set[str] = set()
-    for a in actions:
-        removed.update(a.remove)
-        if a.add is not None:
-            added.update(a.add.column("label").to_pylist())
-    return added, removed

@@ -64,6 +64,7 @@ from kstore.errors import (
     KstoreError,
     StoreError,
     StoreNotFoundError,
+    failed_deletes_error,
 )
 from kstore.io.redact import redact_exception, redact_text, redact_url, url_secrets
 from kstore.io.s3 import DEFAULT_BUFFER_SIZE, S3RangeReader, _check_prefix
@@ -622,7 +623,6 @@ class ObjectStore:
         """
         import obstore
 
-        from kstore.io.store import failed_deletes_error
 
         errors = _obstore_errors()
         full_keys = list(dict.fromkeys(self._full_key(k) for k in keys))  # validate all first

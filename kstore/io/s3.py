@@ -56,7 +56,7 @@ from typing import Any
 
 from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
-from kstore.errors import InvalidArgumentError, InvalidKeyError, KeyNotFoundError, StoreError
+from kstore.errors import InvalidArgumentError, InvalidKeyError, KeyNotFoundError, StoreError, failed_deletes_error
 from kstore.io.redact import has_userinfo, redact_exception, redact_text, redact_url, url_secrets
 
 __all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "STORAGE_OPTION_KEYS", "redact_url"]
@@ -772,7 +772,6 @@ class S3Store:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from kstore.io.store import failed_deletes_error
 
         full_keys = list(dict.fromkeys(self._full_key(k) for k in keys))  # validate all first
         failed: list[tuple[str, str]] = []

@@ -21,10 +21,10 @@ import pickle
 import threading
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol, TypeAlias, Union, runtime_checkable
 
-from kstore.errors import InvalidArgumentError, InvalidKeyError, KstoreError, StoreError
+from kstore.errors import InvalidArgumentError, InvalidKeyError, KstoreError, StoreError, failed_deletes_error
 from kstore.io.redact import redact_exception, redact_url, url_secrets
 
 __all__ = [
@@ -288,31 +288,6 @@ def delete_many(store: Store, keys: Iterable[str]) -> None:
             failed.append((key, exc))
     if failed:
         raise failed_deletes_error(failed)
-
-
-def failed_deletes_error(failed: Sequence[tuple[str, Any]], where: str = "") -> StoreError:
-    """One :class:`StoreError` for keys that could not be deleted (names up to 10 of them).
-
-    Parameters
-    ----------
-    failed
-        ``(key, reason)`` pairs.
-    where
-        Text appended after the count (e.g. ``" from s3://bucket"``).
-
-    Returns
-    -------
-    StoreError
-        The error to raise.
-
-    Examples
-    --------
-    >>> str(failed_deletes_error([("a", "denied")]))
-    "could not delete 1 key(s): 'a' (denied)"
-    """
-    shown = ", ".join(f"{key!r} ({why})" for key, why in failed[:10])
-    more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
-    return StoreError(f"could not delete {len(failed)} key(s){where}: {shown}{more}")
 
 
 class KeyValueStore(Protocol):

@@ -44,12 +44,12 @@ from kstore.blocks.compact import (
     worker_plan,
 )
 from kstore.blocks.job import WriteJob as CoreJob
-from kstore.blocks.job import WriteMode, check_schema, delete_files, finish_write
+from kstore.blocks.job import WriteMode, WriteRequest, check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
 from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, delete_by_token, write_partitions
 from kstore.core import naming
-from kstore.core.arguments import store_uuid_data
+from kstore.core.arguments import DataKind, store_uuid_data
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -267,12 +267,12 @@ def prepare_write(
     if metadata is not None and not isinstance(metadata, Mapping):
         raise InvalidArgumentError(f"metadata must be a dict, got {type(metadata).__name__}")
     file_schema = arrow_schema(spark_schema, dataset=dataset_uuid)  # unsupported types fail here
-    core = prepare_core(factory(), dataset_uuid, mode=mode, partition_on=_as_tuple(partition_on, "partition_on"),
-                        secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name, schema_mode=schema_mode,
-                        delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format, txn=txn,
-                        must_exist=require_existing, write_options=write_options,
-                        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None,
-                        commit_options=commit_options)
+    core = prepare_core(factory(), dataset_uuid, WriteRequest.of(
+        dataset_uuid, mode, partition_on=_as_tuple(partition_on, "partition_on"),
+        secondary_indices=_as_tuple(secondary_indices, "secondary_indices"), table_name=table_name,
+        schema_mode=schema_mode, delete_scope=delete_scope, metadata=metadata, metadata_format=metadata_format,
+        txn=txn, must_exist=require_existing, write_options=write_options,
+        sort_by=_as_tuple(sort_by, "sort_by") if sort_by is not None else None, commit_options=commit_options))
     if core.base_schema is not None and not core.creates:
         file_schema = _tz_like_base(file_schema, core.base_schema)
     schema = check_schema(core, file_schema.empty_table())
@@ -510,9 +510,10 @@ def _arguments(function: str, store: Any, dataset_uuid: Any, data: Any,
                optional: bool = False) -> tuple[StoreLike, str, DataFrame | None]:
     from pyspark.sql import DataFrame
 
-    return store_uuid_data(f"kstore.spark.{function}", store, dataset_uuid, data, optional=optional,
-                           is_data=lambda d: isinstance(d, DataFrame), data_kind="a Spark DataFrame", stacklevel=4,
-                           hint=lambda d: " (convert it with spark.createDataFrame)" if _is_local_frame(d) else "")
+    kind = DataKind("a Spark DataFrame", lambda d: isinstance(d, DataFrame),
+                    lambda d: " (convert it with spark.createDataFrame)" if _is_local_frame(d) else "")
+    return store_uuid_data(f"kstore.spark.{function}", store, dataset_uuid, data, kind, optional=optional,
+                           stacklevel=4)
 
 
 def _is_local_frame(data: Any) -> bool:
@@ -689,8 +690,9 @@ def _delete_only_job(store: StoreLike, base: DatasetMetadata, delete_scope: Sequ
                      metadata: Mapping[str, Any] | None, txn: tuple[str, int] | None,
                      commit_options: CommitOptions | Mapping[str, Any] | None) -> WriteJob:
     factory = spark_store_factory(store)
-    core = prepare_core(factory(), base.uuid, mode="append", delete_scope=delete_scope, metadata=metadata,
-                        txn=txn, must_exist=True, commit_options=commit_options)
+    core = prepare_core(factory(), base.uuid, WriteRequest.of(
+        base.uuid, "append", delete_scope=delete_scope, metadata=metadata, txn=txn, must_exist=True,
+        commit_options=commit_options))
     resolve_scope(core.existing, core.base_schema, list(delete_scope))
     return WriteJob(core=core, store=factory, file_schema=pa.schema([]), schema=core.base_schema)
 

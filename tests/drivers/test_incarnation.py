@@ -24,7 +24,7 @@ import pytest
 
 import kstore
 from kstore.blocks import load
-from kstore.blocks.job import finish_write, prepare_write, write_files
+from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Operation, check
@@ -126,7 +126,7 @@ def test_a_snapshot_of_a_deleted_dataset_fails_cleanly(store_url):
 def test_an_eager_write_prepared_before_a_re_create_conflicts(store_url, mode):
     create(store_url)
     st = kstore.open_store(store_url)
-    job = prepare_write(st, UUID, mode=mode, must_exist=True)  # loads the head of the first dataset
+    job = prepare_write(st, UUID, WriteRequest.of(UUID, mode, must_exist=True))  # loads the head of the first dataset
     new = recreate(store_url)
     before = keys(store_url)
     files, schema = write_files(job, frame([60], p=9))  # written after the delete: no orphan cutoff stops them
@@ -295,7 +295,7 @@ def test_a_legacy_dataset_re_created_without_an_incarnation_conflicts(legacy):
         with pytest.raises(CommitConflictError, match="created again"):
             OPS[op](old)
     assert_untouched(legacy, new, before, uuid="h")
-    job = prepare_write(kstore.open_store(legacy), "h", mode="append", base=old.metadata)
+    job = prepare_write(kstore.open_store(legacy), "h", WriteRequest.of("h", "append", base=old.metadata))
     files, schema = write_files(job, frame([71], p=9))
     with pytest.raises(CommitConflictError, match="created again"):
         finish_write(job, files, schema)

@@ -24,7 +24,7 @@ import pytest
 
 import kstore
 from kstore.blocks import load
-from kstore.blocks.job import finish_write, prepare_write, write_files
+from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -220,7 +220,7 @@ def test_a_stale_snapshot_conflicts_inside_its_scope_and_commits_nothing(url, na
 def test_an_append_prepared_before_an_index_was_dropped_does_not_bring_it_back(store_url):
     kstore.store_dataset(store_url, UUID, frame(range(30)), partition_on=["p"], secondary_indices=["loc"])
     st = kstore.open_store(store_url)
-    job = prepare_write(st, UUID, mode="append")  # sees the index on loc
+    job = prepare_write(st, UUID, WriteRequest.of(UUID, "append"))  # sees the index on loc
     assert "loc" in job.index_columns
     files, schema = write_files(job, frame(range(30, 40)))
     kstore.drop_indices(store_url, UUID, "loc")
@@ -228,7 +228,7 @@ def test_an_append_prepared_before_an_index_was_dropped_does_not_bring_it_back(s
     assert meta.version == 2 and "loc" not in meta.indices and "loc" not in kstore.open_dataset(store_url, UUID).index_columns
     assert rows(store_url) == model(range(40))
     # an index asked for by the append itself is built over every file
-    job = prepare_write(st, UUID, mode="append", secondary_indices=["x"])
+    job = prepare_write(st, UUID, WriteRequest.of(UUID, "append", secondary_indices=["x"]))
     meta = finish_write(job, *write_files(job, frame(range(40, 45))))
     snap = kstore.open_dataset(store_url, UUID)
     assert snap.index_columns == ("x",) and len(snap.plan(predicates=[[("x", "==", 12)]]).tasks) == 1
