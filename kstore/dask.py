@@ -66,6 +66,7 @@ from kstore.blocks.job import (
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import (
     ENGINE_TASK_THREADS,
+    FileLayout,
     WrittenFile,
     delete_by_token,
     delete_keys,
@@ -81,7 +82,7 @@ from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
 from kstore.core.predicates import Predicates
 from kstore.core.types import merge_schemas
-from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
+from kstore.core.writer_options import WriteOptions
 from kstore.eager import load_metadata, plan_with_stats
 from kstore.errors import (
     ColumnNotFoundError,
@@ -161,15 +162,11 @@ class _WritePartition:
     #: the tasks' name in Dask's dashboard, progress bars and task stream (``kstore-write-<token>``)
     __name__ = "kstore-write"
 
-    def __init__(self, factory: Callable[[], Store], dataset_uuid: str, partition_on: tuple[str, ...],
-                 index_columns: tuple[str, ...], table_name: str, token: str, bucketed: bool,
-                 options: WriteOptions = DEFAULT_OPTIONS) -> None:
+    def __init__(self, factory: Callable[[], Store], dataset_uuid: str, layout: FileLayout, token: str,
+                 bucketed: bool) -> None:
         self.factory = factory
-        self.options = options
         self.dataset_uuid = dataset_uuid
-        self.partition_on = partition_on
-        self.index_columns = index_columns
-        self.table_name = table_name
+        self.layout = layout
         self.token = token
         self.bucketed = bucketed
 
@@ -188,17 +185,17 @@ class _WritePartition:
             groups = _split_buckets(table, buckets)
         else:
             groups = [(0, table)]
-        schema = table_schema(table, partition_on=self.partition_on, secondary_indices=self.index_columns,
+        layout = self.layout
+        schema = table_schema(table, partition_on=layout.partition_on, secondary_indices=layout.index_columns,
                               dataset=self.dataset_uuid)
-        self.options.check_columns(schema, self.partition_on, dataset=self.dataset_uuid)
+        layout.options.check_columns(schema, layout.partition_on, dataset=self.dataset_uuid)
         store = self.factory()
         files: list[WrittenFile] = []
         try:
             for bucket, part in groups:
                 files.extend(write_partitions(
-                    store, self.dataset_uuid, part, partition_on=self.partition_on,
-                    index_columns=self.index_columns, table_name=self.table_name,
-                    file_id=naming.tagged_file_id(self.token, (number << 20) | bucket), options=self.options,
+                    store, self.dataset_uuid, part, layout,
+                    file_id=naming.tagged_file_id(self.token, (number << 20) | bucket),
                     max_workers=ENGINE_TASK_THREADS,
                 ))
         except BaseException:
@@ -356,8 +353,7 @@ def _write(
     if shuffle and (pon or buckets):
         ddf = ddf.shuffle(on=list(pon) + ([BUCKET_COLUMN] if buckets else []))
     token = _uuid.uuid4().hex[:8]
-    writer = _WritePartition(factory, dataset_uuid, tuple(pon), sec, job.table_name, token, bool(buckets),
-                             job.options)
+    writer = _WritePartition(factory, dataset_uuid, job.layout, token, bool(buckets))
     parts = ddf.map_partitions(writer, meta=pd.Series([], dtype=object), align_dataframes=False)
     if not compute:
         # the writes and then the commit, as one graph: nothing happens before compute

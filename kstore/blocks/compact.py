@@ -42,7 +42,7 @@ from kstore.blocks.mutate import base_version
 from kstore.blocks.planned import reading_planned
 from kstore.blocks.read import concat_tables, read_task
 from kstore.blocks.scope import resolve_scope
-from kstore.blocks.write import WrittenFile, delete_files, to_arrow, write_partitions
+from kstore.blocks.write import FileLayout, WrittenFile, delete_files, to_arrow, write_partitions
 from kstore.core import runtime
 from kstore.core.arguments import as_bool, as_delete_scope, as_txn, as_workers
 from kstore.core.commit_options import CommitOptions, plain
@@ -295,9 +295,9 @@ def rewrite_group(store: Store, plan: CompactionPlan, group: CompactionGroup, *,
     data = to_arrow(concat_tables(tables), dataset=plan.dataset_uuid)
     data_cols = [c for c in names if c not in plan.partition_on]
     data = data.select(list(plan.partition_on) + data_cols)
-    return write_partitions(store, plan.dataset_uuid, data, partition_on=plan.partition_on,
-                            index_columns=plan.index_columns, table_name=plan.table, file_id=file_id,
-                            options=plan.options, max_workers=1)
+    return write_partitions(store, plan.dataset_uuid, data,
+                            FileLayout(plan.partition_on, plan.index_columns, plan.table, plan.options),
+                            file_id=file_id, max_workers=1)
 
 
 def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[WrittenFile],

@@ -17,8 +17,7 @@ Examples
 >>> from kstore.blocks.write import to_arrow, write_partitions
 >>> st = MemoryStore()
 >>> job = prepare_write(st, "ds", WriteRequest.of("ds", "error", partition_on=["p"]))
->>> files = write_partitions(st, "ds", to_arrow(pd.DataFrame({"p": [1, 2], "x": [3, 4]})),
-...                          partition_on=job.partition_on, index_columns=job.index_columns)
+>>> files = write_partitions(st, "ds", to_arrow(pd.DataFrame({"p": [1, 2], "x": [3, 4]})), job.layout)
 >>> meta = finish_write(job, files, check_schema(job, pd.DataFrame({"p": [1], "x": [3]})))
 >>> meta.version, len(meta.partitions)
 (0, 2)
@@ -38,7 +37,15 @@ from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.load import Head
 from kstore.blocks.mutate import base_version
 from kstore.blocks.scope import resolve_scope, scope_from_files
-from kstore.blocks.write import WrittenFile, delete_files, iter_tables, table_schema, to_arrow, write_partitions
+from kstore.blocks.write import (
+    FileLayout,
+    WrittenFile,
+    delete_files,
+    iter_tables,
+    table_schema,
+    to_arrow,
+    write_partitions,
+)
 from kstore.core import naming, serialize
 from kstore.core.arguments import as_choice, as_columns, as_delete_scope, as_txn
 from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS, CommitOptions, plain
@@ -91,6 +98,11 @@ class WriteJob:
     #: recorded in the log entry (``history()`` shows it)
     info: Mapping[str, Any] | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+    @property
+    def layout(self) -> FileLayout:
+        """Where the job's files go and how they are encoded (what workers need)."""
+        return FileLayout(tuple(self.partition_on), tuple(self.index_columns), self.table_name, self.options)
 
     @property
     def creates(self) -> bool:
@@ -286,8 +298,7 @@ def write_files(
             schemas.append(check_schema(job, table))
             merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
             files.extend(
-                write_partitions(job.store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                 index_columns=job.index_columns, table_name=job.table_name, options=job.options)
+                write_partitions(job.store, job.dataset_uuid, table, job.layout)
             )
     except BaseException:
         delete_files(job.store, files)

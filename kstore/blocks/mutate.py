@@ -44,7 +44,7 @@ from kstore.blocks import load
 from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.planned import reading_planned, replan
 from kstore.blocks.read import index_from_store, read_task
-from kstore.blocks.write import WrittenFile, write_partitions
+from kstore.blocks.write import FileLayout, WrittenFile, write_partitions
 from kstore.core import naming
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
@@ -205,8 +205,8 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: Dataset
             keep = full.filter(pa.array(~hit))
             if keep.num_rows:
                 keep = keep.select(list(base.partition_keys) + data_cols)
-                files.extend(write_partitions(store, dataset_uuid, keep, partition_on=base.partition_keys,
-                                              index_columns=sec, table_name=base.table))
+                files.extend(write_partitions(store, dataset_uuid, keep,
+                                              FileLayout(base.partition_keys, sec, base.table)))
         if not remove:
             return base
         pred_cols = [t.column for c in dnf for t in c]

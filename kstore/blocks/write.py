@@ -51,6 +51,7 @@ log = logging.getLogger("kstore.write")
 
 __all__ = [
     "WrittenFile",
+    "FileLayout",
     "to_arrow",
     "iter_tables",
     "table_schema",
@@ -92,6 +93,23 @@ class WrittenFile:
     key: str
     stats: FileStats
     index_values: Mapping[str, pa.Array] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout:
+    """Where a write's data files go and how they are encoded (immutable): one file per
+    value of ``partition_on``, each reporting the distinct values of ``index_columns`` (for
+    the commit's indices), in ``table_name``, encoded as ``options`` say (sort order
+    included). A write job, a compaction plan and a row delete each build one.
+
+    >>> FileLayout(("p",), ("x",)).table_name
+    'table'
+    """
+
+    partition_on: tuple[str, ...] = ()
+    index_columns: tuple[str, ...] = ()
+    table_name: str = naming.DEFAULT_TABLE
+    options: WriteOptions = DEFAULT_OPTIONS
 
 
 def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa.Table:
@@ -566,27 +584,16 @@ def _encoded(table: pa.Table, **kwargs: Any) -> bytes:
     return data
 
 
-def _write_file(
-    store: Store,
-    label: str,
-    key: str,
-    table_name: str,
-    partition_on: Sequence[str],
-    data: pa.Table,
-    index_columns: Sequence[str],
-    options: WriteOptions = DEFAULT_OPTIONS,
-    presorted: bool = False,
-    plain: frozenset[str] = frozenset(),
-    judge: bool = False,
-    metadata: Mapping[bytes, bytes] | None = None,
-) -> tuple[WrittenFile, frozenset[str]]:
+def _write_file(store: Store, layout: FileLayout, label: str, key: str, data: pa.Table, *,
+                plain: frozenset[str] = frozenset(), judge: bool = False,
+                metadata: Mapping[bytes, bytes] | None = None) -> tuple[WrittenFile, frozenset[str]]:
     """Write one data file; returns its record and (``judge``) the columns whose dictionary
     did not pay in it (:func:`_data_file`)."""
-    payload, misses = _data_file(data, options, presorted=presorted, plain=plain, judge=judge, metadata=metadata)
+    payload, misses = _data_file(data, layout.options, presorted=True, plain=plain, judge=judge, metadata=metadata)
     store.put(key, payload)
     idx_values = {}
-    for c in index_columns:
-        if c in partition_on:
+    for c in layout.index_columns:
+        if c in layout.partition_on:
             continue
         col = data.column(c)
         if pat.is_dictionary(col.type):
@@ -596,32 +603,27 @@ def _write_file(
             with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
                 distinct = distinct.take(pc.array_sort_indices(distinct))
         idx_values[c] = distinct
-    return WrittenFile(label, table_name, key, file_stats(data, len(payload)), idx_values), misses
+    return WrittenFile(label, layout.table_name, key, file_stats(data, len(payload)), idx_values), misses
 
 
 def write_partitions(
     store: Store,
     dataset_uuid: str,
     table: pa.Table,
+    layout: FileLayout = FileLayout(),
     *,
-    partition_on: Sequence[str] = (),
-    index_columns: Sequence[str] = (),
-    table_name: str = naming.DEFAULT_TABLE,
     file_id: str | None = None,
     max_workers: int | None = None,
-    options: WriteOptions | None = None,
 ) -> list[WrittenFile]:
-    """Split ``table`` by ``partition_on`` and write one Parquet file per partition value.
+    """Split ``table`` by ``layout.partition_on`` and write one Parquet file per partition value.
 
     Files are written in parallel threads (Arrow releases the GIL while encoding). Returns
     one :class:`WrittenFile` per file; nothing is committed here.
     """
-    split = split_rows(table, partition_on, dataset=dataset_uuid)
+    split = split_rows(table, layout.partition_on, dataset=dataset_uuid)
     # every key first: a partition value that cannot be a key fails before any file is written
-    named = [(_label_and_key(dataset_uuid, table_name, partition_on, split.values[g], file_id), g)
+    named = [(_label_and_key(dataset_uuid, layout.table_name, layout.partition_on, split.values[g], file_id), g)
              for g in range(len(split)) if split.rows(g) > 0]
-
-    opts = options or DEFAULT_OPTIONS
     keys = {g: lk for lk, g in named}
     threads = pool_size(len(named), max_workers, cpu_bound=True)
     # runs of groups, one gather each, a few per thread (bounded memory: one run a thread)
@@ -632,7 +634,7 @@ def write_partitions(
         done: dict[int, WrittenFile] = {}  # the worker gathers its run's rows: parallel, one run at a time
         key = None
         try:
-            tables = split.tables(run, opts.sort_by)
+            tables = split.tables(run, layout.options.sort_by)
             # use_dictionary="auto": the run's largest file goes first, with a dictionary for
             # every column, and its misses are the columns the run's other files write plain
             # (a small file would mislead: it holds few repeats even of a column with few values)
@@ -640,8 +642,7 @@ def write_partitions(
             plain: frozenset[str] = frozenset()
             for i in [first, *(i for i in range(len(run)) if i != first)]:
                 label, key = keys[run[i]]
-                done[i], misses = _write_file(store, label, key, table_name, partition_on, tables[i], index_columns,
-                                              opts, presorted=True, plain=plain, judge=i == first,
+                done[i], misses = _write_file(store, layout, label, key, tables[i], plain=plain, judge=i == first,
                                               metadata=metadata)
                 plain |= misses
         except BaseException:

@@ -451,9 +451,7 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
     written: list[WrittenFile] = []
     try:
         for table in _chunks(batches, job.file_schema, job.chunk_bytes):
-            files = write_partitions(store, job.dataset_uuid, table, partition_on=job.partition_on,
-                                     index_columns=job.index_columns, table_name=job.table_name,
-                                     options=job.core.options, max_workers=ENGINE_TASK_THREADS)
+            files = write_partitions(store, job.dataset_uuid, table, job.core.layout, max_workers=ENGINE_TASK_THREADS)
             written.extend(files)
             yield files
     except BaseException:

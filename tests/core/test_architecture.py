@@ -25,8 +25,6 @@ OVER_THE_LIMIT = {
     "kstore/blocks/commit.py:_stage": 10,
     "kstore/blocks/compact.py:plan_compaction": 11,
     "kstore/blocks/snapshot.py:compact": 9,
-    "kstore/blocks/write.py:_write_file": 12,
-    "kstore/blocks/write.py:write_partitions": 9,
 }
 
 

@@ -772,7 +772,7 @@ def test_commit_gives_up_with_a_clear_error_after_max_attempts(tmp_path):
     """A writer that loses every race raises CommitConflictError naming the attempts, and
     leaves no files behind (its data, index and statistics files are deleted)."""
     from kstore.blocks.commit import commit
-    from kstore.blocks.write import write_partitions
+    from kstore.blocks.write import FileLayout, write_partitions
     from kstore.core.operations import Operation
 
     url, _ = local_store(tmp_path)
@@ -786,8 +786,7 @@ def test_commit_gives_up_with_a_clear_error_after_max_attempts(tmp_path):
     st = HookStore(url, before=steal)
     import pyarrow as pa
 
-    files = write_partitions(st, UUID, pa.Table.from_pandas(frame(["q"], [1])), partition_on=["p"],
-                             index_columns=["x"])
+    files = write_partitions(st, UUID, pa.Table.from_pandas(frame(["q"], [1])), FileLayout(("p",), ("x",)))
     schema = load.load_schema(st, load.load_latest(st, UUID)[0])
     with pytest.raises(CommitConflictError, match="gave up after 3 attempts"):
         commit(st, UUID, Operation(kind="append", partition_on=("p",), index_columns=("x",)),

@@ -76,12 +76,12 @@ def test_a_put_failing_anywhere_in_a_many_run_write_leaves_no_file(monkeypatch, 
     monkeypatch.setattr(bw, "GATHER_ROWS", 25)  # 30 partitions of 10 rows: runs of 2, many per writer
     table = _table([i % 30 for i in range(300)])
     probe = _Failing(at=0, after=False)
-    files = bw.write_partitions(probe, "ds", table, partition_on=["p"], index_columns=["s"], max_workers=threads)
+    files = bw.write_partitions(probe, "ds", table, bw.FileLayout(("p",), ("s",)), max_workers=threads)
     assert len(files) == 30 and sum(f.stats.rows for f in files) == 300
     for at in range(1, 31):
         store = _Failing(at=at, after=after)
         with pytest.raises(StoreError, match="injected"):
-            bw.write_partitions(store, "ds", table, partition_on=["p"], index_columns=["s"], max_workers=threads)
+            bw.write_partitions(store, "ds", table, bw.FileLayout(("p",), ("s",)), max_workers=threads)
         assert list(store.iter_prefix("")) == [], f"put {at} failed and left files behind"
 
 
@@ -137,7 +137,7 @@ def test_auto_dictionary_is_judged_on_the_runs_largest_file(tiny_at):
     runs = bw.split_rows(table, ["p"]).runs(list(range(len(sizes))), 4)  # a writer's runs (4 a thread)
     tiny_run = next(r for r in runs if tiny_at in r)
     assert len(tiny_run) > 1  # the tiny partition shares its run with large ones
-    written = bw.write_partitions(store, "ds", table, partition_on=["p"], max_workers=1, file_id="f")
+    written = bw.write_partitions(store, "ds", table, bw.FileLayout(("p",)), max_workers=1, file_id="f")
     assert [w.label for w in written] == [f"p={g}/f" for g in range(len(sizes))]  # in partition order
     has_dictionary = {}
     for w in written:
