@@ -15,7 +15,7 @@ new metadata without I/O. Index and statistics files are the commit block's job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -77,8 +77,6 @@ class Operation:
     table: str = naming.DEFAULT_TABLE
     txn: tuple[str, int] | None = None
     scope_labels: frozenset[str] | None = None
-    scope: Any = None  # callable(base) -> set of labels in the scope now (commit block)
-    extra: Mapping[str, Any] = field(default_factory=dict)
     #: for ``vacuum``/``delete``: files older than this (epoch ms) may be deleted as orphans
     orphan_cutoff_ms: int | None = None
     #: small user dict recorded in the log entry (``history()`` shows it), like Delta's commitInfo
