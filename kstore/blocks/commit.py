@@ -217,8 +217,7 @@ def commit(
                              creates=op.creates or base is None)
         written: list[str] = []
         try:
-            staged = _stage(store, dataset_uuid, head, op, files, schema, metadata_format, prebuilt, written,
-                            parent_commit_id=_head_commit_id(store, head))
+            staged = _stage(store, head, op, files, schema, metadata_format, prebuilt, written)
         except CorruptMetadataError:
             _cleanup(store, written)
             if _moved_on(store, head):
@@ -422,12 +421,14 @@ class _Staged:
     checkpoint: bool = False
 
 
-def _stage(store: Store, dataset_uuid: str, head: Head, op: Operation, files: Sequence[WrittenFile],
-           schema: pa.Schema | None, metadata_format: MetadataFormat | None,
-           prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]], written: list[str], *,
-           parent_commit_id: str | None = None) -> _Staged:
+def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile], schema: pa.Schema | None,
+           metadata_format: MetadataFormat | None, prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
+           written: list[str]) -> _Staged:
     """Everything up to the commit point: the new state (columnar), the kartothek view's
-    index files, the log entry's bytes (format 2: what changed) and the main file's bytes."""
+    index files, the log entry's bytes (format 2: what changed, naming the head's commit as
+    its parent) and the main file's bytes."""
+    dataset_uuid = head.dataset_uuid
+    parent_commit_id = _head_commit_id(store, head)
     base = head.meta
     if base is not None and op.checks_incarnation and base.incarnation is None and not op.creates:
         # no incarnation to compare (a dataset created before kstore recorded one): the log
