@@ -487,7 +487,7 @@ class KstoreSystem(System):
         note = f"store calls: {fmt_calls(cs.calls)}"
         if plan.store_calls != calls:
             note += f"; plan.store_calls says {plan.store_calls}"
-        return Outcome(calls=calls, files=len(plan.keys), total_files=plan.n_partitions, note=note)
+        return Outcome(calls=calls, files=len(plan.keys), total_files=plan.n_files, note=note)
 
     def prepare_W1(self, arg: Any, rep: int) -> None:
         self.rm("sales")

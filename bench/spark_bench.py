@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(system=name, step="R2", seconds=round(sec, 3), runs=[round(t, 2) for t in all_times], rows=rows,
                  files=len(plan.tasks) if name == "kstore" else count_files(pdir),
                  note="location == 7, all columns collected"
-                      + (f"; {plan.n_partitions} files, {len(plan.tasks)} planned" if name == "kstore" else
+                      + (f"; {plan.n_files} files, {len(plan.tasks)} planned" if name == "kstore" else
                          "; files in the directory"))
 
         # -- W2 / R5 (bucketed) -----------------------------------------------------------
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit(system=name, step="R5", seconds=round(sec, 3), runs=[round(t, 2) for t in all_times],
                      rows=rows, files=len(plan5.tasks) if name == "kstore" else count_files(pb),
                      note="location == 7 on the bucketed data" + (
-                         f"; {plan5.n_partitions} files, {len(plan5.tasks)} planned" if name == "kstore" else ""))
+                         f"; {plan5.n_files} files, {len(plan5.tasks)} planned" if name == "kstore" else ""))
 
         w = results[("kstore", "W1")] / results[("spark-parquet", "W1")]
         r = results[("kstore", "R2")] / results[("spark-parquet", "R2")]

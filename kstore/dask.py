@@ -49,6 +49,7 @@ from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionGroup,
     CompactionPlan,
+    CompactionRequest,
     finish_compaction,
     plan_compaction,
     rewrite_group,
@@ -725,9 +726,9 @@ def compact(
     (6, 2)
     """
     st = open_store(store)
-    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
-                           partitions=partitions, predicates=predicates, write_options=write_options,
-                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    plan = plan_compaction(st, dataset_uuid, CompactionRequest.of(
+        dataset_uuid, target_file_size=target_file_size, min_files=min_files, partitions=partitions,
+        predicates=predicates, write_options=write_options, sort_by=sort_by, txn=txn, dry_run=dry_run))
     if plan.dry_run or not plan.groups:
         return plan
     factory = _worker_store(store, dataset_uuid)

@@ -393,7 +393,7 @@ def plan_read(
     >>> _ = kstore.store_dataset("memory://plan-doc", "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}),
     ...                          partition_on="p")
     >>> plan = kstore.plan_read("memory://plan-doc", "d", predicates=[[("p", ">=", 2)]])
-    >>> len(plan.tasks), sorted(lab.split("/")[0] for lab in plan.partitions)
+    >>> len(plan.tasks), sorted(lab.split("/")[0] for lab in plan.labels)
     (2, ['p=2', 'p=3'])
     """
     return plan_with_stats(store, dataset_uuid, columns, predicates_or_filters(predicates, filters), version=version,
@@ -785,4 +785,4 @@ def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -
     plan = plan_read(store, dataset_uuid, [column], [[(column, "==", value)]])
     if column not in plan.schema.names:
         raise KstoreError(f"dataset {dataset_uuid!r} has no column {column!r}")
-    return sorted(plan.partitions)
+    return sorted(plan.labels)

@@ -25,6 +25,7 @@ from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionPlan,
+    CompactionRequest,
     finish_compaction,
     plan_compaction,
     rewrite_groups,
@@ -38,7 +39,7 @@ from kstore.core import naming, runtime
 from kstore.core.arguments import AsOf, as_bool, as_columns, as_count, as_timestamp, as_txn, as_version, as_workers
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Operation
+from kstore.core.operations import Create, Upgrade
 from kstore.core.predicates import Predicates
 from kstore.errors import DatasetExistsError, InvalidArgumentError
 from kstore.io.progress import ProgressLike, bar, check_progress, is_data_file, tracked
@@ -249,9 +250,9 @@ def compact(
     """
     max_workers = as_workers(max_workers)
     st = open_store(store)
-    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
-                           partitions=partitions, predicates=predicates, write_options=write_options,
-                           sort_by=sort_by, txn=as_txn(txn), dry_run=dry_run)
+    plan = plan_compaction(st, dataset_uuid, CompactionRequest.of(
+        dataset_uuid, target_file_size=target_file_size, min_files=min_files, partitions=partitions,
+        predicates=predicates, write_options=write_options, sort_by=sort_by, txn=txn, dry_run=dry_run))
     if plan.dry_run or not plan.groups:
         return plan
     if progress is True:
@@ -293,7 +294,8 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
     as_frame
         Return a pandas DataFrame, one row per version (columns ``version``, ``parent``,
         ``timestamp``, ``operation``, ``rows_added``, ``added``, ``removed``,
-        ``n_partitions``, ``writer``, ``txn``, ``info``).
+        ``n_files``, ``writer``, ``txn``, ``info``; ``n_partitions``, the old name of
+        ``n_files``, stays for one more release).
 
     Returns
     -------
@@ -320,11 +322,12 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
         return entries
     import pandas as pd
 
-    columns = ["version", "parent", "timestamp", "operation", "rows_added", "added", "removed", "n_partitions",
-               "writer", "txn", "info"]
+    columns = ["version", "parent", "timestamp", "operation", "rows_added", "added", "removed", "n_files",
+               "writer", "txn", "info", "n_partitions"]
     rows = [{"version": e.version, "parent": e.parent, "timestamp": e.timestamp, "operation": e.operation,
              "rows_added": e.rows_added, "added": len(e.added), "removed": len(e.removed),
-             "n_partitions": e.n_partitions, "writer": e.writer, "txn": e.txn, "info": e.info} for e in entries]
+             "n_files": e.n_files, "writer": e.writer, "txn": e.txn, "info": e.info,
+             "n_partitions": e.n_files} for e in entries]  # the old name of n_files, for one more release
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -588,10 +591,9 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
                     data = src.get(key)
                     files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
                     out.put(moved(key), data)
-            op = Operation(kind="create", partition_on=meta.partition_keys, metadata=dict(meta.metadata),
-                           table=meta.table, index_columns=tuple(prebuilt))
-            return commit(out, new_uuid, op, files=files, schema=schema, metadata_format=fmt,
-                          prebuilt_indices=prebuilt).dataset
+            op = Create(partition_on=meta.partition_keys, metadata=dict(meta.metadata), table=meta.table,
+                        index_columns=tuple(prebuilt), metadata_format=fmt, prebuilt_indices=prebuilt)
+            return commit(out, new_uuid, op, files=files, schema=schema).dataset
 
         return owning_files(dst, files, copy_and_commit)  # no half-written copy
 
@@ -629,5 +631,5 @@ def upgrade_dataset(store: StoreLike, dataset_uuid: str) -> DatasetMetadata:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     if base.version is not None:
         return base
-    op = Operation(kind="upgrade", read_version=None, table=base.table)
+    op = Upgrade(read_version=None, table=base.table)
     return commit(st, dataset_uuid, op, schema=None).dataset

@@ -4,7 +4,7 @@ Protocol (FORMAT.md, "Commit protocol"; every step is a store call or pure):
 
 1. find the newest version ``N``: the main file as a hint, then one listing of the log
    (:func:`kstore.blocks.load.load_head`);
-2. check the operation against it (:func:`kstore.core.operations.check`); refuse files
+2. check the operation against it (``op.check``, :mod:`kstore.core.operations`); refuse files
    older than the newest garbage collection's orphan cutoff (GC may have deleted them);
 3. build the new metadata (pure), write new index and statistics files under fresh keys,
    and serialize the log entry and the main file — everything that can fail, before the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -49,11 +49,11 @@ from kstore.blocks.write import (
 )
 from kstore.core import naming, runtime, serialize
 from kstore.core.filetable import IDX, file_rows
-from kstore.core.index import ColumnIndex, index_storage_type
+from kstore.core.index import index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import AddedFile, Operation, apply, check
+from kstore.core.operations import AddedFile, Delete, Operation
 from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_bytes, encode_actions, main_file_bytes
 from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
 from kstore.errors import (
@@ -170,13 +170,9 @@ def commit(
     *,
     files: Sequence[WrittenFile] = (),
     schema: pa.Schema | None = None,
-    metadata_format: MetadataFormat | None = None,
-    prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = None,
-    scope: Callable[[DatasetMetadata], set[str]] | None = None,
     max_attempts: int = 50,
     on_claimed: Callable[[], Any] | None = None,
     known_base: Head | None = None,
-    seen_version: int | None = None,
 ) -> Committed:
     """Commit ``op`` as the next version of ``dataset_uuid``.
 
@@ -185,10 +181,11 @@ def commit(
     the new data. Re-submitting an already committed ``op.txn`` commits nothing and returns
     the committed state (idempotent writes). ``known_base`` is the head the caller loaded:
     if it is young and still the newest (one listing says so), it is used as it is.
-    ``seen_version`` is the newest version the caller had loaded *before* it wrote
+    ``op.seen_version`` is the newest version the caller had loaded *before* it wrote
     ``files``: a garbage collection fenced at or below it listed its candidates before those
     files existed, so its orphan cutoff does not apply to them, whatever the clocks say
     (FORMAT.md C2; without it, every fence's cutoff is compared with the files' births).
+    ``on_claimed`` runs right after the claim (tests use it to stop a writer there).
     Returns the :class:`Committed` log entry and metadata (``.dataset`` for the metadata of
     an operation that leaves a dataset).
     """
@@ -200,24 +197,21 @@ def commit(
             f"{store!r} cannot create keys atomically across processes: committing to dataset "
             f"{dataset_uuid!r} from more than one process at a time could claim one version twice; "
             "use a local directory, S3 or memory store for concurrent writers"), stacklevel=3)
-    prebuilt = dict(prebuilt_indices or {})
     delay = 0.01
     rt = runtime.current()
     for attempt in range(max_attempts):
         head = _fresh_head(store, dataset_uuid, known_base if attempt == 0 else None)
         base = head.meta
-        if op.txn is not None and base is not None and base.txns.get(op.txn[0], -1) >= op.txn[1]:
-            log.info("dataset %r: %s with txn %s:%d was committed before; nothing to do",
-                     dataset_uuid, op.kind, op.txn[0], op.txn[1])
+        if op.done_before(base):
+            log.info("dataset %r: this %s was committed before (txn %s); nothing to do",
+                     dataset_uuid, op.kind, op.txn)
             return Committed(None, base, new=False)
-        if op.kind == "upgrade" and base is not None and base.version is not None:
-            return Committed(None, base, new=False)  # a concurrent upgrade won
-        check(base, op, dataset_uuid=dataset_uuid, scope_now=scope(base) if (scope and base is not None) else None)
-        _check_orphan_cutoff(store, dataset_uuid, head, files, seen_version,
+        op.check(base, dataset_uuid=dataset_uuid)
+        _check_orphan_cutoff(store, dataset_uuid, head, files, op.seen_version,
                              creates=op.creates or base is None)
         written: list[str] = []
         try:
-            staged = _stage(store, head, op, files, schema, metadata_format, prebuilt, written)
+            staged = _stage(store, head, op, files, schema, written)
         except CorruptMetadataError:
             _cleanup(store, written)
             if _moved_on(store, head):
@@ -256,7 +250,7 @@ def commit(
         if staged.checkpoint and staged.meta is not None:
             write_checkpoint(store, staged.meta)
             write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
-        log.info("dataset %r: committed version %d (%s: %d file(s) added, %d partition(s) removed%s)",
+        log.info("dataset %r: committed version %d (%s: %d file(s) added, %d file(s) removed%s)",
                  dataset_uuid, staged.entry.version, op.kind, len(op.added), len(op.remove),
                  f", after {attempt + 1} attempts" if attempt else "")
         return Committed(staged.entry, staged.meta)
@@ -422,7 +416,6 @@ class _Staged:
 
 
 def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile], schema: pa.Schema | None,
-           metadata_format: MetadataFormat | None, prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
            written: list[str]) -> _Staged:
     """Everything up to the commit point: the new state (columnar), the kartothek view's
     index files, the log entry's bytes (format 2: what changed, naming the head's commit as
@@ -434,12 +427,12 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         # no incarnation to compare (a dataset created before kstore recorded one): the log
         # after the version the write read tells whether it was deleted or created again
         load.check_not_created_again(store, head, op.read_version)
-    fmt: MetadataFormat = metadata_format or head.fmt or "json"
+    fmt: MetadataFormat = op.metadata_format or head.fmt or "json"
     now = runtime.current().now()
     # a base kstore has no log form for (a format-1 version, a kartothek dataset) becomes
     # columnar once; this commit then records the whole state (reset) so replay starts here
     reset = base is None or op.creates
-    if base is not None and base.files is None and not op.creates and op.kind != "delete":
+    if base is not None and base.files is None and not op.creates and not isinstance(op, Delete):
         base = load.to_columnar(store, base)
         reset = True
     new_schema = base_schema = None
@@ -456,8 +449,8 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         # partition columns are not in the files (their statistics would be all null) and
         # are pruned by the labels: no statistics columns for them
         add_rows = _added_rows(op, files, pa.schema([f for f in new_schema if f.name not in pkeys]), wanted)
-    new = apply(base, op, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
-                now=now.replace(tzinfo=None).isoformat(), version=head.next_version, add_rows=add_rows)
+    new = op.apply(base, dataset_uuid=dataset_uuid, schema=new_schema if not op.is_fence else None,
+                   now=now.replace(tzinfo=None).isoformat(), version=head.next_version, add_rows=add_rows)
     commit_id = runtime.current().token(16)
     if new is not None and not op.is_fence and (op.creates or head.meta is None):
         new = new.evolve(incarnation=commit_id)  # a new dataset: its incarnation is its creating entry's id
@@ -467,7 +460,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
                          commit_id=commit_id)  # the next entry names it as its parent
         if not op.is_fence:
             assert new_schema is not None
-            new, index_updates = _fill_indices(store, new, op, wanted, new_schema, prebuilt)
+            new, index_updates = _fill_indices(store, new, op, wanted, new_schema)
             changed = bool(files) or bool(op.added) or bool(op.remove) or bool(index_updates) or reset
             keys = _kartothek_indices(store, base, new, wanted, new_schema, changed, written)
             new = new.evolve(indices=keys, inline_indices={}, stats_key=None)
@@ -545,10 +538,10 @@ def _added_rows(op: Operation, files: Sequence[WrittenFile], schema: pa.Schema, 
 
 
 def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Sequence[str], schema: pa.Schema,
-                  prebuilt: Mapping[str, tuple[ColumnIndex, frozenset[str]]],
                   ) -> tuple[DatasetMetadata, dict[str, pa.Table]]:
     """Index values of files whose ``idx:`` lists are unknown (a new index, files added
-    without a writer's report): from a prebuilt index, else read from the files."""
+    without a writer's report): from the operation's prebuilt index, else read from the files."""
+    prebuilt = op.prebuilt_indices or {}
     files = new.files
     assert files is not None
     updates: dict[str, pa.Table] = {}
@@ -567,7 +560,7 @@ def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Seq
                 files = files.merge_index(idx, have)
             unread = [lab for lab in unread if lab not in covered]
         if unread:
-            if len(unread) > 1000 and op.kind != "build_indices" and col not in prebuilt and col in op.index_columns:
+            if len(unread) > 1000 and op.limits_index_reads and col not in prebuilt and col in op.index_columns:
                 raise InvalidArgumentError(
                     f"dataset {new.uuid!r} has no index on {col!r} yet; build it first with "
                     f"build_indices(store, {new.uuid!r}, [{col!r}])")

@@ -47,7 +47,7 @@ from kstore.core import runtime
 from kstore.core.arguments import as_bool, as_delete_scope, as_txn, as_workers
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Operation
+from kstore.core.operations import Compaction
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
@@ -55,7 +55,7 @@ from kstore.core.writer_options import WriteOptions
 from kstore.errors import InvalidArgumentError
 from kstore.io.store import Store
 
-__all__ = ["CompactionGroup", "CompactionPlan", "plan_compaction", "rewrite_group", "rewrite_groups",
+__all__ = ["CompactionGroup", "CompactionPlan", "CompactionRequest", "plan_compaction", "rewrite_group", "rewrite_groups",
            "finish_compaction", "worker_plan", "DEFAULT_TARGET_FILE_SIZE"]
 
 #: default size of a compacted file (bytes of Parquet, as the statistics record them)
@@ -150,32 +150,60 @@ def _as_size(value: Any, name: str, lo: int) -> int:
     return value
 
 
-def plan_compaction(
-    store: Store,
-    dataset_uuid: str,
-    *,
-    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
-    min_files: int = 2,
-    partitions: Sequence[Mapping[str, Any]] | None = None,
-    predicates: Any = None,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    txn: tuple[str, int] | None = None,
-    dry_run: bool = False,
-    base: DatasetMetadata | None = None,
-) -> CompactionPlan:
+@dataclass(frozen=True, slots=True)
+class CompactionRequest:
+    """What a compaction asks for, validated once at each engine's edge (:meth:`of`).
+
+    ``scopes``: compact only these partitions (``[{partition column: value}, ...]``);
+    ``predicates``: only the files their plan keeps; ``options``: how the merged files are
+    encoded; ``txn``: the compaction's transaction (committed once).
+
+    >>> CompactionRequest.of("d", min_files=3, sort_by="x").options.sort_by
+    ('x',)
+    """
+
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    min_files: int = 2
+    scopes: tuple[Mapping[str, Any], ...] | None = None
+    predicates: Any = None
+    options: WriteOptions = WriteOptions()
+    txn: tuple[str, int] | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def of(cls, dataset_uuid: str, **given: Any) -> CompactionRequest:
+        """Validate a compaction's arguments, in the user's names and types
+        (``target_file_size``, ``min_files``, ``partitions``, ``predicates``,
+        ``write_options``, ``sort_by``, ``txn``, ``dry_run``); None means the default."""
+        unknown = sorted(set(given) - {"target_file_size", "min_files", "partitions", "predicates", "write_options",
+                                       "sort_by", "txn", "dry_run"})
+        if unknown:
+            raise InvalidArgumentError(f"compact: unknown argument(s) {unknown}")
+        target = given.get("target_file_size")
+        min_files = given.get("min_files")
+        partitions = given.get("partitions")
+        return cls(target_file_size=DEFAULT_TARGET_FILE_SIZE if target is None
+                   else _as_size(target, "target_file_size", 1),
+                   min_files=2 if min_files is None else _as_size(min_files, "min_files", 2),
+                   scopes=as_delete_scope(partitions, dataset_uuid) if partitions is not None else None,
+                   predicates=given.get("predicates"),
+                   options=WriteOptions.of(given.get("write_options"), sort_by=given.get("sort_by")),
+                   txn=as_txn(given.get("txn")), dry_run=as_bool(given.get("dry_run", False), "dry_run"))
+
+
+def plan_compaction(store: Store, dataset_uuid: str, request: CompactionRequest | None = None, *,
+                    base: DatasetMetadata | None = None) -> CompactionPlan:
     """Choose the files to merge (reads metadata and statistics only; writes nothing).
 
-    ``base``: the version to compact (a snapshot's); default the newest. The commit fails
-    with :class:`~kstore.errors.CommitConflictError` if a later version removed one of the
+    ``request``: what to compact (default: every partition, 128 MiB files). ``base``: the
+    version to compact (a snapshot's); default the newest. The commit fails with
+    :class:`~kstore.errors.CommitConflictError` if a later version removed one of the
     files it merges; files appended meanwhile are kept as they are.
     """
-    target = _as_size(target_file_size, "target_file_size", 1)
-    min_files = _as_size(min_files, "min_files", 2)
-    options = WriteOptions.of(write_options, sort_by=sort_by)
-    dry_run = as_bool(dry_run, "dry_run")
-    txn = as_txn(txn)
-    scopes = as_delete_scope(partitions, dataset_uuid) if partitions is not None else None
+    request = request or CompactionRequest()
+    target, min_files, options, dry_run, txn = (request.target_file_size, request.min_files, request.options,
+                                                request.dry_run, request.txn)
+    predicates, scopes = request.predicates, request.scopes
     base = base_version(store, dataset_uuid, base)
     if txn is not None and base.txns.get(txn[0], -1) >= txn[1]:  # committed before: nothing to do
         return CompactionPlan(dataset_uuid=dataset_uuid, version=base.version, target_file_size=target, groups=(),
@@ -315,11 +343,12 @@ def finish_compaction(store: Store, plan: CompactionPlan, files: Sequence[Writte
     info = {"files_in": len(remove), "files_out": len(files), "bytes_in": plan.bytes_in, **(options.info or {})}
     # the indices of the newest version are kept by the commit (none is asked for here: an
     # index dropped meanwhile must not come back)
-    op = Operation(kind="compaction", remove=remove, read_version=plan.version, partition_on=plan.partition_on,
+    op = Compaction(remove=remove, read_version=plan.version, partition_on=plan.partition_on,
                    table=plan.table, txn=plan.txn, info=info,
-                   metadata=plain(options.metadata), read_incarnation=plan.incarnation, checks_incarnation=True)
+                    metadata=plain(options.metadata), read_incarnation=plan.incarnation, checks_incarnation=True,
+                    seen_version=plan.version)
     meta = owning_files(store, files, lambda: commit(
-        store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed, seen_version=plan.version,
+        store, plan.dataset_uuid, op, files=files, schema=None, on_claimed=on_claimed,
         max_attempts=options.max_attempts).dataset)
     if files and not meta.has_keys([f.key for f in files]):
         return plan, meta  # the transaction was committed before (its files were deleted)

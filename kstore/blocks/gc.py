@@ -33,7 +33,7 @@ from kstore.core import naming, runtime, serialize
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry, names_another_parent, successor_gone
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import Operation
+from kstore.core.operations import Delete, Vacuum
 from kstore.errors import (
     CorruptMetadataError,
     DatasetNotFoundError,
@@ -306,8 +306,7 @@ def collect_garbage(
     fence = None
     if garbage and not dry_run:
         # 2. the fence; 3. what is retained now (every claim before the fence is in the log)
-        done = commit(store, dataset_uuid, Operation(kind="vacuum", orphan_cutoff_ms=cutoff_ms,
-                                                           read_version=head.version))
+        done = commit(store, dataset_uuid, Vacuum(orphan_cutoff_ms=cutoff_ms, read_version=head.version))
         fence = done.entry.version if done.entry is not None else None
         state = _read_log(store, dataset_uuid, now, cutoff)
         garbage = [k for k in candidates if k not in state.references]
@@ -399,8 +398,7 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     now_ms = _ms(runtime.current().now())
     cutoff_ms = max([now_ms] + [born_ms(k) for k in keys]) + 1
-    done = commit(store, dataset_uuid, Operation(kind="delete", orphan_cutoff_ms=cutoff_ms,
-                                                       read_version=head.version))
+    done = commit(store, dataset_uuid, Delete(orphan_cutoff_ms=cutoff_ms, read_version=head.version))
     fence = done.entry.version if done.entry is not None else -1
     # the versions before the fence stop being listed first, then their files go
     horizon = runtime.current().now() - LOG_MIN_AGE

@@ -11,6 +11,7 @@ from typing import Any
 
 from kstore.blocks import load
 from kstore.core import naming
+from kstore.core.arguments import renamed
 from kstore.core.log import LogEntry, names_another_parent, successor_gone
 from kstore.core.runtime import parallel_map
 from kstore.core.summary import Record, Summary, decode_summary, encode_summary, record_of
@@ -53,15 +54,16 @@ class HistoryEntry:
     added : tuple[str, ...]
         Labels of the partitions the commit added.
     removed : tuple[str, ...]
-        Labels of the partitions it removed.
+        Labels of the files it removed.
     rows_added : int
-        Rows in the added partitions.
+        Rows in the added files.
     writer : str
         The writing library and its version (``"kstore 0.1.0"``); ``"?"`` when unknown.
     txn : tuple[str, int] or None
         The ``(app_id, version)`` application transaction the commit recorded, if any.
-    n_partitions : int
-        Partitions of the dataset after the commit.
+    n_files : int
+        Files of the dataset after the commit (``n_partitions``, the old name, works for
+        one more release).
     info : dict[str, Any]
         The commit's info (``CommitOptions.info``; compaction adds its file and byte counts).
 
@@ -72,7 +74,7 @@ class HistoryEntry:
     >>> store = MemoryStore()
     >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
     >>> _ = kstore.update_dataset(store, "d", pd.DataFrame({"p": [3], "x": [3]}))
-    >>> [(h.version, h.parent, h.operation, len(h.added), h.rows_added, h.n_partitions)
+    >>> [(h.version, h.parent, h.operation, len(h.added), h.rows_added, h.n_files)
     ...  for h in kstore.history(store, "d")]
     [(0, None, 'create', 2, 2, 2), (1, 0, 'append', 1, 1, 3)]
     """
@@ -86,8 +88,14 @@ class HistoryEntry:
     rows_added: int
     writer: str
     txn: tuple[str, int] | None
-    n_partitions: int
+    n_files: int
     info: dict[str, Any]
+
+    @property
+    def n_partitions(self) -> int:
+        """Deprecated name of :attr:`n_files`."""
+        renamed("HistoryEntry", "n_partitions", "n_files", "it counts files, not partition values")
+        return self.n_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +230,7 @@ def _rebuilds(store: Store, dataset_uuid: str, version: int) -> bool:
 def _row(r: Record) -> HistoryEntry:
     return HistoryEntry(version=r.version, parent=r.parent, timestamp=r.timestamp, operation=r.operation,
                         added=r.added, removed=r.removed, rows_added=r.rows_added, writer=r.writer, txn=r.txn,
-                        n_partitions=r.n_partitions, info=dict(r.info))
+                        n_files=r.n_partitions, info=dict(r.info))
 
 
 def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[HistoryEntry]:

@@ -51,7 +51,14 @@ from kstore.core.arguments import as_choice, as_columns, as_delete_scope, as_txn
 from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS, CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import Operation, OperationKind
+from kstore.core.operations import (
+    Append,
+    Create,
+    DeleteScope,
+    Operation,
+    Overwrite,
+    OverwritePartitions,
+)
 from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
@@ -179,9 +186,9 @@ class WriteRequest:
         a column name or a list of them, a list of delete scopes). ``txn`` and ``metadata``
         may be given as keywords or in ``commit_options``, not both; ``write_options`` and
         ``sort_by`` make :attr:`options`."""
-        unknown = sorted(set(given) - {f.name for f in fields(cls)} - {"mode", "options", "commit"})
-        if unknown or "mode" in given or "options" in given or "commit" in given:
-            raise InvalidArgumentError(f"unknown write argument(s) {unknown or sorted(given)}")
+        unknown = sorted(set(given) - ({f.name for f in fields(cls)} - {"mode", "options", "commit"}))
+        if unknown:
+            raise InvalidArgumentError(f"unknown write argument(s) {unknown}")
         naming.validate_name(dataset_uuid)
         table_name = given.get("table_name", naming.DEFAULT_TABLE)
         naming.validate_name(table_name, "table name")
@@ -349,9 +356,10 @@ def _commit_job(job: WriteJob, files: list[WrittenFile], schema: pa.Schema | Non
     if files and not job.creates:  # new values may not fit another engine's narrower types
         job = replace(job, metadata=drop_stale_type_hints(job.existing.metadata, job.metadata))
     if job.creates:
-        op = Operation(kind="overwrite" if job.mode == "overwrite" and job.base is not None else "create",
-                       partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
-                       table=job.table_name, txn=job.txn, info=job.info)
+        fresh = Overwrite if job.mode == "overwrite" and job.base is not None else Create
+        op: Operation = fresh(partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
+                              table=job.table_name, txn=job.txn, info=job.info, metadata_format=job.metadata_format,
+                              seen_version=_seen_version(job))
     else:
         if job.delete_scope is not None or job.mode == "overwrite_partitions":
             scopes = list(job.delete_scope or [])
@@ -365,13 +373,12 @@ def _commit_job(job: WriteJob, files: list[WrittenFile], schema: pa.Schema | Non
             remove = tuple(sorted(scope_fn(job.existing)))
         if not files and not remove and not job.metadata and job.txn is None:
             return job.existing  # nothing to change (a delete scope matching nothing): no empty version
-        kind: OperationKind = ("overwrite_partitions" if job.mode == "overwrite_partitions"
-                               else "delete_scope" if remove and not files else "append")
-        op = Operation(kind=kind, remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
-                       index_columns=job.requested_indices, metadata=job.metadata,
-                       schema_mode=job.schema_mode, table=job.table_name, txn=job.txn,
-                       scope_labels=frozenset(remove) if scope_fn else None, info=job.info,
-                       read_incarnation=job.existing.incarnation, checks_incarnation=True)
-    return commit(job.store, job.dataset_uuid, op, files=files, schema=schema, scope=scope_fn,
-                  metadata_format=job.metadata_format if job.creates else None, known_base=job.head,
-                  max_attempts=job.max_attempts, seen_version=_seen_version(job)).dataset
+        kind: type[Operation] = (OverwritePartitions if job.mode == "overwrite_partitions"
+                                 else DeleteScope if remove and not files else Append)
+        op = kind(remove=remove, read_version=job.existing.version, partition_on=job.partition_on,
+                  index_columns=job.requested_indices, metadata=job.metadata, schema_mode=job.schema_mode,
+                  table=job.table_name, txn=job.txn, scope_labels=frozenset(remove) if scope_fn else None,
+                  scope=scope_fn, info=job.info, read_incarnation=job.existing.incarnation, checks_incarnation=True,
+                  seen_version=_seen_version(job))
+    return commit(job.store, job.dataset_uuid, op, files=files, schema=schema, known_base=job.head,
+                  max_attempts=job.max_attempts).dataset

@@ -49,7 +49,7 @@ from kstore.core import naming
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Operation
+from kstore.core.operations import BuildIndices, DeleteRows, DropIndices
 from kstore.core.planning import plan_read
 from kstore.core.predicates import bind, parse, to_expression
 from kstore.core.types import read_schema
@@ -125,10 +125,10 @@ def _build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], base
             c: (index_from_store(store, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
             for c in cols
         }
-    op = Operation(kind="build_indices", read_version=read.version, index_columns=tuple(cols), table=base.table,
-                   txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
-                   read_incarnation=read.incarnation, checks_incarnation=True)
-    return commit(store, dataset_uuid, op, prebuilt_indices=prebuilt, max_attempts=options.max_attempts).dataset
+    op = BuildIndices(read_version=read.version, index_columns=tuple(cols), table=base.table, txn=options.txn,
+                      metadata=plain(options.metadata), info=plain(options.info), read_incarnation=read.incarnation,
+                      checks_incarnation=True, prebuilt_indices=prebuilt)
+    return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
 def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
@@ -150,9 +150,9 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
             f"{sorted(c for c in have if c not in base.partition_keys)}")
     if _committed_before(base, options):
         return base
-    op = Operation(kind="drop_indices", read_version=base.version, drop_index_columns=tuple(cols),
-                   table=base.table, txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
-                   read_incarnation=base.incarnation, checks_incarnation=True)
+    op = DropIndices(read_version=base.version, drop_index_columns=tuple(cols), table=base.table,
+                     txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
+                     read_incarnation=base.incarnation, checks_incarnation=True)
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
@@ -222,12 +222,12 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: Dataset
             return {t.label for t in plan_read(meta, s, predicates, indices=idx,
                                                stats=load.load_stats(store, meta)).tasks}
 
-        op = Operation(kind="delete_rows", remove=tuple(remove), read_version=base.version, table=base.table,
-                       partition_on=base.partition_keys, txn=options.txn, scope_labels=planned,
-                       metadata=plain(options.metadata), info=plain(options.info),
-                       read_incarnation=(origin or base).incarnation, checks_incarnation=True)
-        return commit(store, dataset_uuid, op, files=files, schema=None, scope=may_match, seen_version=base.version,
-                      max_attempts=options.max_attempts).dataset
+        op = DeleteRows(remove=tuple(remove), read_version=base.version, table=base.table,
+                        partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
+                        metadata=plain(options.metadata), info=plain(options.info),
+                        read_incarnation=(origin or base).incarnation, checks_incarnation=True,
+                        seen_version=base.version)
+        return commit(store, dataset_uuid, op, files=files, schema=None, max_attempts=options.max_attempts).dataset
 
     return owning_files(store, files, rewrite_and_commit)
 

@@ -16,9 +16,9 @@ Examples
 ... # doctest: +ELLIPSIS
 DatasetMetadata(...)
 >>> snap = kstore.open_dataset("memory://snap-doc", "d")
->>> snap.version, snap.partition_keys, snap.num_partitions
+>>> snap.version, snap.partition_keys, snap.num_files
 (0, ('p',), 2)
->>> snap.plan(predicates=[[("p", "==", 2)]]).partitions
+>>> snap.plan(predicates=[[("p", "==", 2)]]).labels
 ('p=2/...',)
 """
 
@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 from kstore.blocks import load
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
-from kstore.core.arguments import as_bool, as_columns, as_workers, predicates_or_filters
+from kstore.core.arguments import as_bool, as_columns, as_workers, predicates_or_filters, renamed
 from kstore.core.commit_options import CommitOptions
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
@@ -91,7 +91,7 @@ class Snapshot:
     >>> _ = kstore.store_dataset("memory://snap-class", "d", pd.DataFrame({"p": [1, 2], "x": [1, 2]}), partition_on="p")
     >>> snap = kstore.open_dataset("memory://snap-class", "d")
     >>> snap
-    Snapshot(dataset='d', version=0, partitions=2, partition_keys=['p'], indices=[], store=MemoryStore(memory://snap-class, 8 keys))
+    Snapshot(dataset='d', version=0, files=2, partition_keys=['p'], indices=[], store=MemoryStore(memory://snap-class, 8 keys))
     >>> newer = snap.append(pd.DataFrame({"p": [3], "x": [3]}))
     >>> snap.read()["x"].tolist(), newer.read()["x"].tolist()
     ([1, 2], [1, 2, 3])
@@ -129,8 +129,15 @@ class Snapshot:
         return tuple(self.metadata.partition_keys)
 
     @property
-    def num_partitions(self) -> int:
+    def num_files(self) -> int:
+        """Files of the version (per table: a label names one file of each table)."""
         return len(self.metadata.partitions)
+
+    @property
+    def num_partitions(self) -> int:
+        """Deprecated name of :attr:`num_files`."""
+        renamed("Snapshot", "num_partitions", "num_files", "it counts files, not partition values")
+        return self.num_files
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -143,7 +150,7 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return (f"Snapshot(dataset={self.dataset_uuid!r}, version={self.version}, "
-                f"partitions={self.num_partitions}, partition_keys={list(self.partition_keys)}, "
+                f"files={self.num_files}, partition_keys={list(self.partition_keys)}, "
                 f"indices={list(self.index_columns)}, store={self.store!r})")
 
     # -- lazily loaded parts ---------------------------------------------------------------
@@ -266,7 +273,7 @@ class Snapshot:
         >>> _ = kstore.store_dataset("memory://snap-plan", "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}),
         ...                          partition_on="p")
         >>> plan = kstore.open_dataset("memory://snap-plan", "d").plan(predicates=[[("p", ">=", 2)]])
-        >>> len(plan.tasks), plan.n_partitions
+        >>> len(plan.tasks), plan.n_files
         (2, 3)
         """
         return self.plan_with_stats(columns, predicates_or_filters(predicates, filters), table=table, stats=stats)[0]
@@ -321,7 +328,7 @@ class Snapshot:
         if stats and file_stats is None:
             file_stats = self._stats(self.store)  # asked for, not a planning call
         log.debug("dataset %r version %s: %d of %d file(s) planned, %d store call(s)", self.dataset_uuid,
-                  self.version, len(plan.tasks), plan.n_partitions, plan.store_calls)
+                  self.version, len(plan.tasks), plan.n_files, plan.store_calls)
         return plan, file_stats
 
     # -- reading ---------------------------------------------------------------------------
@@ -728,17 +735,16 @@ class Snapshot:
         >>> _ = kstore.store_dataset("memory://snap-c", "d", pd.DataFrame({"x": [1]}))
         >>> snap = kstore.open_dataset("memory://snap-c", "d")
         >>> snap = snap.append(pd.DataFrame({"x": [2]})).append(pd.DataFrame({"x": [3]}))
-        >>> snap.num_partitions, snap.compact().num_partitions
+        >>> snap.num_files, snap.compact().num_files
         (3, 1)
         """
-        from kstore.blocks.compact import DEFAULT_TARGET_FILE_SIZE, finish_compaction, plan_compaction, rewrite_groups
+        from kstore.blocks.compact import CompactionRequest, finish_compaction, plan_compaction, rewrite_groups
 
         max_workers = as_workers(max_workers)  # before any store call
         opts = CommitOptions.of(options)
-        plan = plan_compaction(self.store, self.dataset_uuid, base=self.metadata,
-                               target_file_size=DEFAULT_TARGET_FILE_SIZE if target_file_size is None
-                               else target_file_size, min_files=min_files, partitions=partitions,
-                               predicates=predicates, write_options=write_options, sort_by=sort_by, txn=opts.txn)
+        plan = plan_compaction(self.store, self.dataset_uuid, CompactionRequest.of(
+            self.dataset_uuid, target_file_size=target_file_size, min_files=min_files, partitions=partitions,
+            predicates=predicates, write_options=write_options, sort_by=sort_by, txn=opts.txn), base=self.metadata)
         if not plan.groups:
             return self
         files = rewrite_groups(self.store, plan, max_workers=max_workers, progress=progress)

@@ -120,7 +120,7 @@ def plan(store: str, dataset: str, where: Where, or_: bool, columns: str | None,
                           if any(t.partition_values for t in p.tasks) else None)
     if as_json:
         emit_json({
-            "dataset": p.dataset_uuid, "version": p.version, "total_files": p.n_partitions,
+            "dataset": p.dataset_uuid, "version": p.version, "total_files": p.n_files,
             "planned": len(p.tasks), "planned_partitions": planned_partitions, "files": list(p.keys),
             "stages": [{"conjunction": s.conjunction, "kind": s.kind, "column": s.column, "before": s.before,
                         "after": s.after} for s in p.stages],
@@ -129,7 +129,7 @@ def plan(store: str, dataset: str, where: Where, or_: bool, columns: str | None,
         return
     # ReadPlan.explain() in the command line's words: its counts are files
     click.echo(f"dataset {p.dataset_uuid!r}" + (f" version {p.version}" if p.version is not None else "")
-               + f": {count(p.n_partitions, 'file')} -> {len(p.tasks)} planned"
+               + f": {count(p.n_files, 'file')} -> {len(p.tasks)} planned"
                + (f" (in {count(planned_partitions, 'partition')})" if planned_partitions is not None else ""))
     for s in p.stages:
         click.echo(f"  conjunction {s.conjunction}: {s.kind} {s.column}: {s.before} -> {s.after} files")
@@ -218,7 +218,7 @@ def history(store: str, dataset: str, limit: int | None, as_json: bool) -> None:
         return
     if as_json:
         emit_json({"dataset": dataset, "versioned": True, "versions": [
-            {"version": h.version, "timestamp": h.timestamp, "operation": h.operation, "files": h.n_partitions,
+            {"version": h.version, "timestamp": h.timestamp, "operation": h.operation, "files": h.n_files,
              "added": len(h.added), "removed": len(h.removed),
              "rows_added": 0 if h.operation in REWRITES else h.rows_added,
              "rows_rewritten": h.rows_added if h.operation in REWRITES else 0,
@@ -226,7 +226,7 @@ def history(store: str, dataset: str, limit: int | None, as_json: bool) -> None:
         return
     notes = [_history_note(h) for h in entries]
     columns = ["version", "timestamp", "operation", "files", "+files", "-files", "rows added", "writer"]
-    rows = [[h.version, h.timestamp.isoformat(), h.operation, h.n_partitions, len(h.added), len(h.removed),
+    rows = [[h.version, h.timestamp.isoformat(), h.operation, h.n_files, len(h.added), len(h.removed),
              "-" if h.operation in REWRITES else h.rows_added, h.writer] for h in entries]
     if any(notes):
         columns.append("notes")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 #: ISO 8601 text, or None for the newest version.
 AsOf: TypeAlias = dt.datetime | str | None
 
-__all__ = ["AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
+__all__ = ["renamed", "AsOf", "as_choice", "as_columns", "as_column_list", "as_bool", "as_version", "as_timestamp", "as_delete_scope", "as_txn",
            "as_attempts", "as_workers", "as_count", "check_text", "predicates_or_filters", "DataKind", "store_uuid_data",
            "looks_like_predicates"]
 
@@ -308,3 +308,18 @@ def store_uuid_data(function: str, store: Any, dataset_uuid: Any, data: Any, kin
         raise InvalidArgumentError(f"{function}: the third argument (dataset {dataset_uuid!r}) is the data, "
                                    f"{kind.name}, got {type(data).__name__}{kind.hint(data)}")
     return store, dataset_uuid, data
+
+
+def renamed(owner: str, old: str, new: str, why: str) -> None:
+    """Warn (``FutureWarning``) that ``owner.old`` is now ``owner.new``; the old name works
+    for one more release.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     renamed("ReadPlan", "n_partitions", "n_files", "it counts files")
+    >>> str(w[0].message)
+    'ReadPlan.n_partitions is now ReadPlan.n_files (it counts files); the old name goes in the next release'
+    """
+    warnings.warn(f"{owner}.{old} is now {owner}.{new} ({why}); the old name goes in the next release",
+                  FutureWarning, stacklevel=3)

@@ -1,27 +1,31 @@
-"""Commit operations as data, and the pure fold ``apply(base, op) -> new metadata``.
+"""Commit operations as typed values, each with its pure fold ``op.apply(base) -> new metadata``.
 
 An :class:`Operation` says what a writer wants (files added, partitions removed, schema,
-indices requested) and which version it read. :func:`check` raises when the operation
-cannot be applied to the current version (a real conflict); :func:`apply` computes the
-new metadata without I/O. Index and statistics files are the commit block's job.
+indices requested) and which version it read; one subclass per kind of change
+(:class:`Create`, :class:`Append`, :class:`Vacuum`, ...). ``op.check(base)`` raises when
+the operation cannot be applied to the current version (a real conflict); ``op.apply``
+computes the new metadata without I/O. Index and statistics files are the commit block's
+job.
 
->>> base = None
->>> op = Operation(kind="create", partition_on=("p",))
->>> new = apply(base, op, dataset_uuid="d", schema=None, now="2024-01-01T00:00:00")
+>>> op = Create(partition_on=("p",))
+>>> new = op.apply(None, dataset_uuid="d", schema=None, now="2024-01-01T00:00:00")
 >>> new.partition_keys, new.version
 (('p',), 0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
 from kstore.core import naming
+from kstore.core.filetable import Actions, FileTable
+from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
+from kstore.core.naming import MetadataFormat
 from kstore.core.types import TYPE_HINT_KEYS
 from kstore.errors import (
     CommitConflictError,
@@ -30,11 +34,14 @@ from kstore.errors import (
     InvalidArgumentError,
 )
 
-__all__ = ["Operation", "OperationKind", "check", "apply", "next_version", "AddedFile"]
+__all__ = [
+    "Operation", "OperationKind", "AddedFile", "next_version", "Create", "Overwrite", "Append", "DeleteScope",
+    "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "Compaction", "Upgrade", "Vacuum", "Delete",
+]
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
-    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "metadata", "vacuum", "delete",
+    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "vacuum", "delete",
 ]
 
 
@@ -49,23 +56,40 @@ class AddedFile:
 
 @dataclass(frozen=True, slots=True)
 class Operation:
-    """What a writer asks the commit to do.
+    """What a writer asks the commit to do: one subclass per kind of change, each with its
+    own conflict check (:meth:`check`) and fold (:meth:`apply`), as pyiceberg's typed
+    updates. :attr:`kind` is the name the log entry records (unchanged byte for byte).
 
     ``remove`` lists partition labels to drop, as the writer resolved them at
     ``read_version``; ``scope_labels`` is the set of labels the writer's scope (a delete
     scope, the partitions an overwrite replaces, the files a row predicate may match)
-    covered at that version. If the scope covers a label now that it did not then, another
-    writer added data the operation did not see: a conflict (the operation would not be
-    serializable in commit order).
+    covered at that version, and ``scope`` resolves the same scope at a newer version. If
+    the scope covers a label now that it did not then, another writer added data the
+    operation did not see: a conflict (the operation would not be serializable in commit
+    order).
 
     ``read_incarnation`` is the incarnation of the version read
     (:attr:`~kstore.core.metadata.DatasetMetadata.incarnation`; None for a dataset created
     before kstore recorded one), checked when ``checks_incarnation`` is set: a write that
     read one dataset never commits into another of the same name (deleted and created
     again, or overwritten, meanwhile).
+
+    ``seen_version`` is the newest version the writer had loaded *before* it wrote its
+    files: a garbage collection fenced at or below it listed its candidates before those
+    files existed, so its orphan cutoff does not apply to them (FORMAT.md C2).
     """
 
-    kind: OperationKind
+    #: the operation's name in the log
+    kind: ClassVar[OperationKind]
+    #: whether the operation starts the dataset afresh (no base state is kept)
+    creates: ClassVar[bool] = False
+    #: ``vacuum`` and ``delete`` change no data; they order garbage collection against
+    #: concurrent writers (FORMAT.md, commit protocol)
+    is_fence: ClassVar[bool] = False
+    #: whether the commit refuses to read more than 1,000 files to fill a requested index
+    #: (an index build is the one operation that may)
+    limits_index_reads: ClassVar[bool] = True
+
     added: tuple[AddedFile, ...] = ()
     remove: tuple[str, ...] = ()
     read_version: int | None = None
@@ -77,6 +101,8 @@ class Operation:
     table: str = naming.DEFAULT_TABLE
     txn: tuple[str, int] | None = None
     scope_labels: frozenset[str] | None = None
+    #: the scope at a newer version (see above); compared with ``scope_labels``
+    scope: Callable[[DatasetMetadata], set[str]] | None = field(default=None, compare=False, repr=False)
     #: for ``vacuum``/``delete``: files older than this (epoch ms) may be deleted as orphans
     orphan_cutoff_ms: int | None = None
     #: small user dict recorded in the log entry (``history()`` shows it), like Delta's commitInfo
@@ -85,145 +111,249 @@ class Operation:
     read_incarnation: str | None = None
     #: whether ``read_incarnation`` was recorded (the operation builds on a version it read)
     checks_incarnation: bool = False
+    #: the newest version loaded before the files were written (see above)
+    seen_version: int | None = None
+    #: the metadata file format of a new dataset (None: the head's format, else JSON)
+    metadata_format: MetadataFormat | None = None
+    #: indices built while writing the files: column -> (index, labels it covers)
+    prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = field(
+        default=None, compare=False, repr=False)
 
-    @property
-    def creates(self) -> bool:
-        return self.kind in ("create", "overwrite")
+    def done_before(self, base: DatasetMetadata | None) -> bool:
+        """Whether ``base`` already holds this operation's effect (its transaction was
+        committed before): the commit then commits nothing."""
+        return self.txn is not None and base is not None and base.txns.get(self.txn[0], -1) >= self.txn[1]
 
-    @property
-    def is_fence(self) -> bool:
-        """``vacuum`` and ``delete`` change no data; they order garbage collection
-        against concurrent writers (FORMAT.md, commit protocol)."""
-        return self.kind in ("vacuum", "delete")
+    def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
+        """Raise if the operation cannot be applied on top of ``base`` (the newest version)."""
+        if base is None:
+            raise DatasetNotFoundError(
+                f"dataset {dataset_uuid!r} does not exist (or was deleted while this write ran)"
+            )
+        if self.checks_incarnation and base.incarnation is not None and self.read_incarnation != base.incarnation:
+            # only a create gives a dataset its incarnation: one read without any, or another
+            # one, means the dataset was created again after the version read. (The newest
+            # version without one, the state cannot tell: the commit reads the log instead.)
+            raise CommitConflictError(
+                f"dataset {dataset_uuid!r} was deleted and created again (or overwritten) after version "
+                f"{self.read_version}, which this write read: version {base.version} belongs to the new dataset; "
+                "nothing was committed"
+            )
+        if self.partition_on is not None and tuple(self.partition_on) != tuple(base.partition_keys):
+            raise InvalidArgumentError(
+                f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; the update "
+                f"asks for partition_on={list(self.partition_on)}"
+            )
+        if self.remove:
+            gone = missing_labels(base, self.remove)
+            if gone:
+                raise CommitConflictError(
+                    f"dataset {dataset_uuid!r}: version {base.version} (committed after version "
+                    f"{self.read_version}, which this write read) already removed or replaced "
+                    f"file(s) {gone[:5]}{' ...' if len(gone) > 5 else ''}"
+                )
+        if self.scope is not None and self.scope_labels is not None:
+            added = sorted(self.scope(base) - set(self.scope_labels))
+            if added:
+                raise CommitConflictError(
+                    f"dataset {dataset_uuid!r}: version {base.version} added file(s) "
+                    f"{added[:5]} inside this write's scope after version {self.read_version}, which it read"
+                )
+
+    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+        """The metadata after the operation (indices and stats keys are filled in by the
+        commit block).
+
+        ``version`` is the number the new version gets (default: the base's plus one; the
+        commit passes it when the newest log entry is a fence without a dataset). ``None``
+        comes back for an operation that leaves no dataset (a ``delete``, a ``vacuum`` of a
+        dataset that does not exist). ``add_rows`` (format 2) are the file-table rows of
+        the added files: the new state is then columnar (the base must be columnar, or be
+        replaced).
+        """
+        if base is None:
+            raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+        meta = base
+        if self.metadata:
+            merged = dict(base.metadata)
+            merged.update(self.metadata)
+            meta = meta.evolve(metadata=merged)
+        return self._with_files(meta, base.files, self.remove, dict(base.txns), schema=schema,
+                                version=next_version(base) if version is None else version, add_rows=add_rows)
+
+    def _with_files(self, meta: DatasetMetadata, start: FileTable | None, remove: tuple[str, ...],
+                    txns: dict[str, int], *, schema: pa.Schema | None, version: int,
+                    add_rows: pa.Table | None) -> DatasetMetadata:
+        """``meta`` with the added files, without ``remove``, with the transaction recorded
+        and the dropped indices gone, as ``version``."""
+        if add_rows is not None:
+            if start is None:
+                raise ValueError("a columnar commit needs a columnar base")
+            files = start.apply(Actions(add=add_rows if add_rows.num_rows else None, remove=remove))
+            for col in self.drop_index_columns:
+                files = files.drop_index(col)
+            meta = meta.with_files(files)
+        else:
+            added: dict[str, dict[str, str]] = {}
+            for f in self.added:
+                added.setdefault(f.label, {})[f.table] = f.key
+            meta = meta.with_partitions(added, removed=remove)
+        if self.txn is not None:
+            txns[self.txn[0]] = int(self.txn[1])
+        return meta.evolve(
+            version=version,
+            schema=schema,
+            txns=txns,
+            indices={c: k for c, k in meta.indices.items() if c not in self.drop_index_columns},
+            inline_indices={c: v for c, v in meta.inline_indices.items() if c not in self.drop_index_columns},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Create(Operation):
+    """A new dataset; refused if one exists (``mode="error"``)."""
+
+    kind: ClassVar[OperationKind] = "create"
+    creates: ClassVar[bool] = True
+
+    def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
+        if base is not None:
+            raise DatasetExistsError(
+                f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or "
+                "use update_dataset to append"
+            )
+
+    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+        return self._fresh(base, {}, {}, dataset_uuid=dataset_uuid, schema=schema, now=now,
+                           version=next_version(base) if version is None else version, add_rows=add_rows)
+
+    def _fresh(self, base: DatasetMetadata | None, kept: Mapping[str, Any], txns: dict[str, int], *,
+               dataset_uuid: str, schema: pa.Schema | None, now: str, version: int,
+               add_rows: pa.Table | None) -> DatasetMetadata:
+        user = {**kept, **(self.metadata or {})}
+        user.setdefault("creation_time", now)
+        meta = DatasetMetadata.new(dataset_uuid, partition_keys=self.partition_on or (), metadata=user,
+                                   tables=(self.table,))
+        return self._with_files(meta, FileTable(), (), txns, schema=schema, version=version, add_rows=add_rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Overwrite(Create):
+    """The dataset replaced by new data (``mode="overwrite"``); creates it if missing."""
+
+    kind: ClassVar[OperationKind] = "overwrite"
+
+    def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
+        return None  # replaces whatever is there
+
+    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+        # an overwrite keeps the user metadata (as Delta keeps a table's configuration) and
+        # the transactions; the write's own ``metadata`` is merged over it, as an append
+        # merges it. Not kept: the creation time (the dataset is new) and type hints of
+        # another engine, which described the replaced data
+        kept = {} if base is None else {k: v for k, v in base.metadata.items()
+                                        if k != "creation_time" and k not in TYPE_HINT_KEYS}
+        return self._fresh(base, kept, {} if base is None else dict(base.txns), dataset_uuid=dataset_uuid,
+                           schema=schema, now=now, version=next_version(base) if version is None else version,
+                           add_rows=add_rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Append(Operation):
+    """Files added to an existing dataset (``update_dataset``, ``mode="append"``)."""
+
+    kind: ClassVar[OperationKind] = "append"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteScope(Operation):
+    """Partitions removed by a delete scope, with no new files."""
+
+    kind: ClassVar[OperationKind] = "delete_scope"
+
+
+@dataclass(frozen=True, slots=True)
+class OverwritePartitions(Operation):
+    """The partitions the new files fall into replaced by them."""
+
+    kind: ClassVar[OperationKind] = "overwrite_partitions"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildIndices(Operation):
+    """Secondary indices built for existing files (``build_indices``)."""
+
+    kind: ClassVar[OperationKind] = "build_indices"
+    limits_index_reads: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class DropIndices(Operation):
+    """Secondary indices dropped (``drop_indices``)."""
+
+    kind: ClassVar[OperationKind] = "drop_indices"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRows(Operation):
+    """Files rewritten without the rows a predicate matches (``delete_rows``)."""
+
+    kind: ClassVar[OperationKind] = "delete_rows"
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction(Operation):
+    """Small files merged into larger ones, the same rows (``compact``)."""
+
+    kind: ClassVar[OperationKind] = "compaction"
+
+
+@dataclass(frozen=True, slots=True)
+class Upgrade(Operation):
+    """A kartothek or format-1 dataset given its first log entry (``upgrade``)."""
+
+    kind: ClassVar[OperationKind] = "upgrade"
+
+    def done_before(self, base: DatasetMetadata | None) -> bool:
+        return base is not None and base.version is not None  # a concurrent upgrade won
+
+
+@dataclass(frozen=True, slots=True)
+class Vacuum(Operation):
+    """A garbage collection's fence: no data change; raises the orphan cutoff."""
+
+    kind: ClassVar[OperationKind] = "vacuum"
+    is_fence: ClassVar[bool] = True
+
+    def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
+        return None  # a fence commits on any state, even none
+
+    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+        if base is None:
+            return None
+        return base.evolve(version=next_version(base) if version is None else version,
+                           orphan_cutoff_ms=_later(base.orphan_cutoff_ms, self.orphan_cutoff_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Delete(Vacuum):
+    """The dataset deleted (``delete_dataset``): a fence that leaves no dataset."""
+
+    kind: ClassVar[OperationKind] = "delete"
+
+    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+        return None
 
 
 def next_version(base: DatasetMetadata | None) -> int:
     if base is None or base.version is None:
         return 0
     return base.version + 1
-
-
-def check(base: DatasetMetadata | None, op: Operation, *, dataset_uuid: str, scope_now: set[str] | None = None) -> None:
-    """Raise if ``op`` cannot be applied on top of ``base`` (the newest version)."""
-    if op.kind == "create" and base is not None:
-        raise DatasetExistsError(
-            f"dataset {dataset_uuid!r} already exists; pass mode='overwrite' to replace it or "
-            "use update_dataset to append"
-        )
-    if op.is_fence:
-        return
-    if not op.creates and base is None:
-        raise DatasetNotFoundError(
-            f"dataset {dataset_uuid!r} does not exist (or was deleted while this write ran)"
-        )
-    if base is None or op.creates:
-        return
-    if op.checks_incarnation and base.incarnation is not None and op.read_incarnation != base.incarnation:
-        # only a create gives a dataset its incarnation: one read without any, or another
-        # one, means the dataset was created again after the version read. (The newest
-        # version without one, the state cannot tell: the commit reads the log instead.)
-        raise CommitConflictError(
-            f"dataset {dataset_uuid!r} was deleted and created again (or overwritten) after version "
-            f"{op.read_version}, which this write read: version {base.version} belongs to the new dataset; "
-            "nothing was committed"
-        )
-    if op.partition_on is not None and tuple(op.partition_on) != tuple(base.partition_keys):
-        raise InvalidArgumentError(
-            f"dataset {dataset_uuid!r} is partitioned on {list(base.partition_keys)}; the update "
-            f"asks for partition_on={list(op.partition_on)}"
-        )
-    if op.remove:
-        gone = missing_labels(base, op.remove)
-        if gone:
-            raise CommitConflictError(
-                f"dataset {dataset_uuid!r}: version {base.version} (committed after version "
-                f"{op.read_version}, which this write read) already removed or replaced "
-                f"partition(s) {gone[:5]}{' ...' if len(gone) > 5 else ''}"
-            )
-    added = sorted(scope_now - set(op.scope_labels)) if (op.scope_labels is not None and scope_now is not None) else []
-    if added:
-        raise CommitConflictError(
-            f"dataset {dataset_uuid!r}: version {base.version} added partition(s) "
-            f"{added[:5]} inside this write's scope after version {op.read_version}, which it read"
-        )
-
-
-def apply(
-    base: DatasetMetadata | None,
-    op: Operation,
-    *,
-    dataset_uuid: str,
-    schema: pa.Schema | None,
-    now: str,
-    version: int | None = None,
-    add_rows: pa.Table | None = None,
-) -> DatasetMetadata | None:
-    """The metadata after ``op`` (indices and stats keys are filled in by the commit block).
-
-    ``version`` is the number the new version gets (default: the base's plus one; the
-    commit passes it when the newest log entry is a fence without a dataset). ``None``
-    comes back for ``delete`` and for a ``vacuum`` of a dataset that does not exist.
-    ``add_rows`` (format 2) are the file-table rows of the added files: the new state is
-    then columnar (the base must be columnar, or be replaced).
-    """
-    number = next_version(base) if version is None else version
-    if op.kind == "delete" or (op.kind == "vacuum" and base is None):
-        return None
-    if op.kind == "vacuum":
-        assert base is not None
-        return base.evolve(version=number, orphan_cutoff_ms=_later(base.orphan_cutoff_ms, op.orphan_cutoff_ms))
-    if base is None or op.creates:
-        user = dict(op.metadata or {})
-        if base is not None and op.kind == "overwrite":
-            # an overwrite keeps the user metadata (as Delta keeps a table's configuration);
-            # the write's own ``metadata`` is merged over it, as an append merges it. Not kept:
-            # the creation time (the dataset is new) and type hints of another engine, which
-            # described the replaced data
-            kept = {k: v for k, v in base.metadata.items() if k != "creation_time" and k not in TYPE_HINT_KEYS}
-            user = {**kept, **user}
-        user.setdefault("creation_time", now)
-        meta = DatasetMetadata.new(
-            dataset_uuid,
-            partition_keys=op.partition_on or (),
-            metadata=user,
-            tables=(op.table,),
-        )
-        txns: dict[str, int] = {}
-        if base is not None and op.kind == "overwrite":
-            txns = dict(base.txns)
-    else:
-        meta = base
-        if op.metadata:
-            merged = dict(base.metadata)
-            merged.update(op.metadata)
-            meta = meta.evolve(metadata=merged)
-        txns = dict(base.txns)
-    if add_rows is not None:
-        from kstore.core.filetable import Actions, FileTable
-
-        start = FileTable() if (base is None or op.creates) else base.files
-        if start is None:
-            raise ValueError("a columnar commit needs a columnar base")
-        files = start.apply(Actions(add=add_rows if add_rows.num_rows else None,
-                                    remove=() if (base is None or op.creates) else tuple(op.remove)))
-        for col in op.drop_index_columns:
-            files = files.drop_index(col)
-        meta = meta.with_files(files)
-    else:
-        added: dict[str, dict[str, str]] = {}
-        for f in op.added:
-            added.setdefault(f.label, {})[f.table] = f.key
-        meta = meta.with_partitions(added, removed=op.remove)
-    if op.txn is not None:
-        txns[op.txn[0]] = int(op.txn[1])
-    indices = {c: k for c, k in meta.indices.items() if c not in op.drop_index_columns}
-    return meta.evolve(
-        version=number,
-        schema=schema,
-        txns=txns,
-        indices=indices,
-        inline_indices={c: v for c, v in meta.inline_indices.items() if c not in op.drop_index_columns},
-    )
 
 
 def _later(a: int | None, b: int | None) -> int | None:
@@ -240,7 +370,3 @@ def missing_labels(meta: DatasetMetadata, labels: Sequence[str]) -> list[str]:
     arr = pa.array(list(labels), pa.string())
     there = pc.is_in(arr, value_set=ft.labels.combine_chunks() if len(ft) else pa.array([], pa.string()))
     return list(arr.filter(pc.invert(there)).to_pylist())
-
-
-def labels_in_scope(meta: DatasetMetadata, labels: Sequence[str]) -> set[str]:
-    return {lab for lab in labels if lab in meta.partitions}

@@ -15,10 +15,10 @@ Examples
 ...     {"p=1/a": {"table": "d/table/p=1/a.parquet"}, "p=2/a": {"table": "d/table/p=2/a.parquet"}})
 >>> schema = pa.schema([("p", pa.int64()), ("x", pa.string())])
 >>> plan = plan_read(meta, schema, predicates=[[("p", "==", 2)]])
->>> plan.partitions
+>>> plan.labels
 ('p=2/a',)
 >>> print(plan.explain())  # doctest: +NORMALIZE_WHITESPACE
-dataset 'd': 2 partitions -> 1 planned
+dataset 'd': 2 files -> 1 planned
   conjunction 1: partition index p: 2 -> 1
 """
 
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.core import naming
-from kstore.core.arguments import as_column_list
+from kstore.core.arguments import as_column_list, renamed
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression, term_mask
@@ -86,8 +86,9 @@ class ReadPlan:
     tasks : tuple[ReadTask, ...]
         One per file to read: label, key, partition values and the residual predicate its
         rows must still pass.
-    n_partitions : int
-        Files of the table before pruning.
+    n_files : int
+        Files of the table before pruning (``n_partitions``, the old name, works for one
+        more release).
     stages : tuple[Stage, ...]
         The pruning steps (conjunction, kind, column, files before and after), in order.
     store_calls : int
@@ -101,8 +102,8 @@ class ReadPlan:
     >>> from kstore.io import MemoryStore
     >>> store = MemoryStore()
     >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
-    >>> plan = kstore.plan_read(store, "d", [[("p", ">=", 2), ("x", "<", 7)]], columns=["x"])
-    >>> plan.version, plan.columns, len(plan.tasks), plan.n_partitions, plan.tasks[0].partition_values
+    >>> plan = kstore.plan_read(store, "d", predicates=[[("p", ">=", 2), ("x", "<", 7)]], columns=["x"])
+    >>> plan.version, plan.columns, len(plan.tasks), plan.n_files, plan.tasks[0].partition_values
     (0, ('x',), 1, 3, (('p', 2),))
     """
 
@@ -113,15 +114,27 @@ class ReadPlan:
     columns: tuple[str, ...]
     predicates: DNF | None
     tasks: tuple[ReadTask, ...]
-    n_partitions: int
+    n_files: int
     stages: tuple[Stage, ...] = ()
     store_calls: int = 0
     calls_detail: Mapping[str, int] = field(default_factory=dict)
 
     @property
-    def partitions(self) -> tuple[str, ...]:
+    def labels(self) -> tuple[str, ...]:
         """The labels of the planned files, in task order."""
         return tuple(t.label for t in self.tasks)
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """Deprecated name of :attr:`labels` (they name files, not partition values)."""
+        renamed("ReadPlan", "partitions", "labels", "the labels name files, not partition values")
+        return self.labels
+
+    @property
+    def n_partitions(self) -> int:
+        """Deprecated name of :attr:`n_files`."""
+        renamed("ReadPlan", "n_partitions", "n_files", "it counts files, not partition values")
+        return self.n_files
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -131,7 +144,7 @@ class ReadPlan:
     def __repr__(self) -> str:
         preds = "None" if self.predicates is None else f"{sum(len(c) for c in self.predicates)} term(s)"
         return (f"ReadPlan(dataset={self.dataset_uuid!r}, version={self.version}, files={len(self.tasks)} of "
-                f"{self.n_partitions}, columns={len(self.columns)}, predicates={preds}, "
+                f"{self.n_files}, columns={len(self.columns)}, predicates={preds}, "
                 f"store_calls={self.store_calls})")
 
     def explain(self) -> str:
@@ -150,8 +163,8 @@ class ReadPlan:
         >>> from kstore.io import MemoryStore
         >>> store = MemoryStore()
         >>> _ = kstore.store_dataset(store, "d", pd.DataFrame({"p": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
-        >>> print(kstore.plan_read(store, "d", [[("p", ">=", 2), ("x", "<", 7)]]).explain())
-        dataset 'd' version 0: 3 partitions -> 1 planned
+        >>> print(kstore.plan_read(store, "d", predicates=[[("p", ">=", 2), ("x", "<", 7)]]).explain())
+        dataset 'd' version 0: 3 files -> 1 planned
           conjunction 1: partition index p: 3 -> 2
           conjunction 1: statistics x: 2 -> 1
           planning store calls: ... (get ..., iter_prefix 1)
@@ -159,7 +172,7 @@ class ReadPlan:
         lines = [
             f"dataset {self.dataset_uuid!r}"
             + (f" version {self.version}" if self.version is not None else "")
-            + f": {self.n_partitions} partitions -> {len(self.tasks)} planned"
+            + f": {self.n_files} files -> {len(self.tasks)} planned"
         ]
         for s in self.stages:
             lines.append(f"  conjunction {s.conjunction}: {s.kind} {s.column}: {s.before} -> {s.after}")
@@ -312,6 +325,26 @@ def _index_answers(idx: ColumnIndex, op: str) -> bool:
     return op != "is null"
 
 
+@dataclass(frozen=True)
+class _Candidates:
+    """The files a plan chooses from: one table's labels (and keys, where the state holds
+    them), with where their statistics and index lists are."""
+
+    labels: pa.Array | pa.ChunkedArray
+    keys: pa.Array | pa.ChunkedArray | None
+    #: the file table's ``keys_of`` where its keys are derived from the labels
+    derived_keys: Any
+    #: format 2: the table's files, with statistics and ``idx:`` lists
+    rows: pa.Table | None
+    stats: pa.Table | None
+    #: each candidate's row in ``stats`` (-1: none)
+    stats_rows: np.ndarray | None
+
+    @property
+    def n(self) -> int:
+        return len(self.labels)
+
+
 def plan_read(
     meta: DatasetMetadata,
     schema: pa.Schema,
@@ -323,27 +356,56 @@ def plan_read(
     table: str | None = None,
     store_calls: Mapping[str, int] | None = None,
 ) -> ReadPlan:
-    """Plan a read (pure). See the module docstring."""
+    """Plan a read (pure). See the module docstring.
+
+    Four stages, each a function: check the arguments, list the candidate files, prune
+    them term by term (partition values, index lists or indices, statistics), make the
+    kept files' read tasks with the terms left to apply to their rows.
+    """
+    table, columns = _checked(meta, schema, table, columns)
+    dnf = bind(parse(predicates), schema, dataset=meta.uuid)
+    files = _candidates(meta, table, stats)
+    masks, residuals, stages = _prune(meta, schema, dnf, files, dict(indices or {}))
+    keep = np.ones(files.n, dtype=bool) if dnf is None else np.zeros(files.n, dtype=bool)
+    for mask in masks:
+        keep |= mask
+    tasks = _tasks(meta, schema, table, files, np.flatnonzero(keep), masks if dnf is not None else None, residuals)
+    calls = dict(store_calls or {})
+    return ReadPlan(
+        dataset_uuid=meta.uuid,
+        version=meta.version,
+        table=table,
+        schema=schema,
+        columns=tuple(columns) if columns is not None else tuple(schema.names),
+        predicates=dnf,
+        tasks=tuple(tasks),
+        n_files=files.n,
+        stages=tuple(stages),
+        store_calls=sum(calls.values()),
+        calls_detail=calls,
+    )
+
+
+def _checked(meta: DatasetMetadata, schema: pa.Schema, table: str | None,
+             columns: Sequence[str] | None) -> tuple[str, tuple[str, ...] | None]:
+    """The table to read (default: the dataset's) and the column list, checked."""
     if table is not None and table not in meta.tables:
         raise InvalidArgumentError(f"dataset {meta.uuid!r} has table(s) {list(meta.tables)}, not {short_repr(table)}")
-    table = table or meta.table
-    columns = as_column_list(columns)
-    if columns is not None:
-        missing = [c for c in columns if schema.get_field_index(c) < 0]
+    cols = as_column_list(columns)
+    if cols is not None:
+        missing = [c for c in cols if schema.get_field_index(c) < 0]
         if missing:
             raise ColumnNotFoundError(
                 f"dataset {meta.uuid!r}: columns {missing} do not exist (columns: {', '.join(schema.names)})"
             )
     check_dataset_schema(schema, meta.partition_keys, meta.uuid)
-    dnf = bind(parse(predicates), schema, dataset=meta.uuid)
-    indices = dict(indices or {})
-    pkeys = set(meta.partition_keys)
-    pcols = [c for c in columns_of(dnf) if c in pkeys]
-    idx_maps: dict[str, np.ndarray] = {}
-    stats_rows: np.ndarray | None = None
-    rows: pa.Table | None = None  # format 2: the table's files, with statistics and idx: lists
-    derived_keys: Any = None  # the file table's keys_of when its keys are derived
+    return table or meta.table, cols
+
+
+def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _Candidates:
+    """Every file of ``table``, from the columnar state (format 2/3) or the partition dict."""
     if meta.files is not None:
+        derived_keys: Any = None
         if meta.files.derived is not None:  # keys built for the kept files only
             rows = meta.files.rows if meta.files.derived[1] == table else meta.files.rows.slice(0, 0)
             derived_keys = meta.files.keys_of
@@ -351,25 +413,28 @@ def plan_read(
             rows = meta.files.for_table(table)
         # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
         # copy of 100k labels and keys to plan, only the kept ones are taken
-        labels_arr = rows.column("label")
-        keys_arr = rows.column("key") if derived_keys is None else None
-        n = rows.num_rows
-        if "rows" in rows.column_names and n:
-            stats, stats_rows = rows, np.arange(n)
-        else:
-            stats = None
-    else:
-        labels_list = list(meta.partitions)
-        labels_arr = pa.array(labels_list, pa.string())
-        keys_arr = None
-        n = len(labels_list)
-        if stats is not None and n and stats.num_rows:
-            pos = pc.index_in(labels_arr, value_set=stats.column("label").combine_chunks())
-            stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
-    part_arrays = partition_value_arrays_of(meta, schema, _contiguous(labels_arr), pcols) if (pcols and n) else {}
+        has_stats = "rows" in rows.column_names and rows.num_rows > 0
+        return _Candidates(rows.column("label"), rows.column("key") if derived_keys is None else None, derived_keys,
+                           rows, rows if has_stats else None, np.arange(rows.num_rows) if has_stats else None)
+    labels = pa.array(list(meta.partitions), pa.string())
+    stats_rows = None
+    if stats is not None and len(labels) and stats.num_rows:
+        pos = pc.index_in(labels, value_set=stats.column("label").combine_chunks())
+        stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
+    return _Candidates(labels, None, None, None, stats, stats_rows)
 
+
+def _prune(meta: DatasetMetadata, schema: pa.Schema, dnf: Any, files: _Candidates,
+           indices: Mapping[str, ColumnIndex]) -> tuple[list[np.ndarray], list[tuple[Term, ...]], list[Stage]]:
+    """Per conjunction of ``dnf``: the candidates it may match, the terms left for the
+    rows (those no partition value decides) and the stages, in order."""
+    n = files.n
+    pkeys = set(meta.partition_keys)
+    pcols = [c for c in columns_of(dnf) if c in pkeys]
+    part_arrays = partition_value_arrays_of(meta, schema, _contiguous(files.labels), pcols) if (pcols and n) else {}
+    idx_maps: dict[str, np.ndarray] = {}
     stages: list[Stage] = []
-    conj_masks: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
     residuals: list[tuple[Term, ...]] = []
     for ci, conj in enumerate(dnf or ()):
         mask = np.ones(n, dtype=bool)
@@ -382,72 +447,64 @@ def plan_read(
                 stages.append(Stage(ci + 1, "partition index", term.column, before, int(mask.sum())))
                 continue
             residual.append(term)
-            lists = _idx_lists(rows, term.column)
-            if lists is not None and term.op != "is null":
-                mask &= _lists_mask(term, lists, schema)
-                stages.append(Stage(ci + 1, "secondary index", term.column, before, int(mask.sum())))
-                continue
-            idx = indices.get(term.column)
-            if idx is not None and not _index_answers(idx, term.op):
-                idx = None
-            if idx is not None:
-                if term.column not in idx_maps:
-                    m = pc.index_in(idx.labels, value_set=_contiguous(labels_arr)).fill_null(-1)
-                    idx_maps[term.column] = m.to_numpy(zero_copy_only=False)
-                hits = idx_maps[term.column][idx.lookup(term.op, term.value)]
-                term_mask = np.zeros(n, dtype=bool)
-                term_mask[hits[hits >= 0]] = True
-                mask &= term_mask
-                stages.append(Stage(ci + 1, "secondary index", term.column, before, int(mask.sum())))
-            elif stats_rows is not None:
-                sm = prune_mask(term, stats)
-                term_mask = np.where(stats_rows >= 0, sm[np.maximum(stats_rows, 0)], True)
-                mask &= term_mask
-                stages.append(Stage(ci + 1, "statistics", term.column, before, int(mask.sum())))
-        conj_masks.append(mask)
+            how = _prune_term(term, files, schema, indices, idx_maps, mask)
+            if how is not None:
+                stages.append(Stage(ci + 1, how, term.column, before, int(mask.sum())))
+        masks.append(mask)
         residuals.append(tuple(residual))
+    return masks, residuals, stages
 
-    if dnf is None:
-        keep = np.ones(n, dtype=bool)
-    else:
-        keep = np.zeros(n, dtype=bool)
-        for m in conj_masks:
-            keep |= m
-    kept = np.flatnonzero(keep)
-    kept_labels = _take(labels_arr, kept)
-    if keys_arr is not None:
-        kept_keys = _take(keys_arr, kept)
-    elif derived_keys is not None:
-        kept_keys = derived_keys(kept_labels)
+
+def _prune_term(term: Term, files: _Candidates, schema: pa.Schema, indices: Mapping[str, ColumnIndex],
+                idx_maps: dict[str, np.ndarray], mask: np.ndarray) -> str | None:
+    """Narrow ``mask`` (in place) by one term on a data column: the state's index lists,
+    else a secondary index that answers the operator, else statistics. Returns the
+    stage's name (None: nothing could prune)."""
+    lists = _idx_lists(files.rows, term.column)
+    if lists is not None and term.op != "is null":
+        mask &= _lists_mask(term, lists, schema)
+        return "secondary index"
+    idx = indices.get(term.column)
+    if idx is not None and _index_answers(idx, term.op):
+        if term.column not in idx_maps:
+            m = pc.index_in(idx.labels, value_set=_contiguous(files.labels)).fill_null(-1)
+            idx_maps[term.column] = m.to_numpy(zero_copy_only=False)
+        hits = idx_maps[term.column][idx.lookup(term.op, term.value)]
+        term_mask = np.zeros(files.n, dtype=bool)
+        term_mask[hits[hits >= 0]] = True
+        mask &= term_mask
+        return "secondary index"
+    if files.stats_rows is not None:
+        sm = prune_mask(term, files.stats)
+        mask &= np.where(files.stats_rows >= 0, sm[np.maximum(files.stats_rows, 0)], True)
+        return "statistics"
+    return None
+
+
+def _tasks(meta: DatasetMetadata, schema: pa.Schema, table: str, files: _Candidates, kept: np.ndarray,
+           masks: list[np.ndarray] | None, residuals: list[tuple[Term, ...]]) -> list[ReadTask]:
+    """The read tasks of the ``kept`` candidates, each with the residual terms of the
+    conjunctions that kept it (None: every row matches, or no predicate)."""
+    kept_labels = _take(files.labels, kept)
+    if files.keys is not None:
+        kept_keys = _take(files.keys, kept)
+    elif files.derived_keys is not None:
+        kept_keys = files.derived_keys(kept_labels)
     else:
         kept_keys = [meta.file_key(lab, table) for lab in kept_labels]
     values = label_values(meta, kept_labels) if meta.partition_keys else [()] * len(kept_labels)
     tasks = []
     for j, i in enumerate(kept):
-        if dnf is None:
-            res = None
-        else:
-            res_conjs = [residuals[c] for c in range(len(conj_masks)) if conj_masks[c][i]]
+        res = None
+        if masks is not None:
+            res_conjs = [residuals[c] for c in range(len(masks)) if masks[c][i]]
             res = None if any(len(r) == 0 for r in res_conjs) else tuple(res_conjs)
         pv = tuple(
             (col, decode_partition_value(values[j][k], schema.field(col).type, col))
             for k, col in enumerate(meta.partition_keys)
         )
         tasks.append(ReadTask(kept_labels[j], kept_keys[j], pv, res))
-    calls = dict(store_calls or {})
-    return ReadPlan(
-        dataset_uuid=meta.uuid,
-        version=meta.version,
-        table=table,
-        schema=schema,
-        columns=tuple(columns) if columns is not None else tuple(schema.names),
-        predicates=dnf,
-        tasks=tuple(tasks),
-        n_partitions=n,
-        stages=tuple(stages),
-        store_calls=sum(calls.values()),
-        calls_detail=calls,
-    )
+    return tasks
 
 
 def file_sizes(plan: ReadPlan, stats: pa.Table | None) -> dict[str, int]:

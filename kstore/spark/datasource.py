@@ -132,7 +132,7 @@ class KstorePartition(InputPartition):
         self.plan = plan
 
     def __repr__(self) -> str:
-        return f"KstorePartition({len(self.plan.tasks)} file(s): {', '.join(self.plan.partitions[:3])}...)"
+        return f"KstorePartition({len(self.plan.tasks)} file(s): {', '.join(self.plan.labels[:3])}...)"
 
 
 class _Reader(DataSourceReader):

@@ -38,6 +38,7 @@ from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionGroup,
     CompactionPlan,
+    CompactionRequest,
     finish_compaction,
     plan_compaction,
     rewrite_group,
@@ -754,9 +755,9 @@ def compact(
 
     factory = spark_store_factory(store)
     st = factory()
-    plan = plan_compaction(st, dataset_uuid, target_file_size=target_file_size, min_files=min_files,
-                           partitions=partitions, predicates=predicates, write_options=write_options,
-                           sort_by=sort_by, txn=txn, dry_run=dry_run)
+    plan = plan_compaction(st, dataset_uuid, CompactionRequest.of(
+        dataset_uuid, target_file_size=target_file_size, min_files=min_files, partitions=partitions,
+        predicates=predicates, write_options=write_options, sort_by=sort_by, txn=txn, dry_run=dry_run))
     if plan.dry_run or not plan.groups:
         return plan
     token = _uuid.uuid4().hex[:8]

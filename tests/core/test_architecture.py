@@ -20,10 +20,11 @@ import grimp
 ROOT = Path(__file__).parents[2]
 MAX_PARAMETERS = 8
 #: still to be turned into request values (#30); a function may leave this list, never join it
-OVER_THE_LIMIT = {
-    "kstore/blocks/commit.py:commit": 12,
-    "kstore/blocks/compact.py:plan_compaction": 11,
-    "kstore/blocks/snapshot.py:compact": 9,
+OVER_THE_LIMIT: dict[str, int] = {}
+#: public methods whose keywords are the user's (the same as the module function's on every
+#: engine, e.g. ``kstore.compact``); they turn them into a request value at once
+USER_SIGNATURES = {
+    "kstore/blocks/snapshot.py:compact",
 }
 
 
@@ -63,7 +64,7 @@ def _parameter_counts() -> dict[str, int]:
 
 def test_no_internal_function_takes_more_than_eight_parameters():
     counts = _parameter_counts()
-    over = {name: n for name, n in counts.items() if n > MAX_PARAMETERS}
+    over = {name: n for name, n in counts.items() if n > MAX_PARAMETERS and name not in USER_SIGNATURES}
     assert over == {k: v for k, v in OVER_THE_LIMIT.items() if k in over}, (
         "over the limit and not listed (or grown): "
         f"{ {k: v for k, v in over.items() if OVER_THE_LIMIT.get(k) != v} }")
@@ -71,5 +72,9 @@ def test_no_internal_function_takes_more_than_eight_parameters():
     assert not fixed, f"now within the limit: take them off OVER_THE_LIMIT: {fixed}"
 
 
-def test_the_parameter_count_sees_prepare_write_as_a_request():
-    assert _parameter_counts()["kstore/blocks/job.py:prepare_write"] == 3
+def test_the_parameter_count_sees_requests_as_one_parameter():
+    counts = _parameter_counts()
+    assert counts["kstore/blocks/job.py:prepare_write"] == 3
+    assert counts["kstore/blocks/compact.py:plan_compaction"] == 4
+    assert counts["kstore/blocks/commit.py:commit"] == 8
+    assert all(counts[name] > MAX_PARAMETERS for name in USER_SIGNATURES)  # not stale

@@ -163,10 +163,10 @@ def test_plan_is_superset_and_residuals_are_exact(scenario, oracle):
     meta, schema, indices, stats, rows_by_label = make_dataset(rows, pcols, ptypes, split)
     plan = plan_read(meta, schema, raw, indices=indices, stats=stats)
     matching = {lab for lab, rs in rows_by_label.items() if any(oracle.eval_dnf(r, sem) for r in rs)}
-    planned = set(plan.partitions)
+    planned = set(plan.labels)
     assert planned >= matching, (raw, sorted(matching - planned))
     assert planned <= set(rows_by_label)
-    assert len(plan.partitions) == len(planned)  # no duplicates
+    assert len(plan.labels) == len(planned)  # no duplicates
     for task in plan.tasks:
         rs = rows_by_label[task.label]
         want = [i for i, r in enumerate(rs) if oracle.eval_dnf(r, sem)]
@@ -184,13 +184,13 @@ def test_partition_only_predicates_plan_exactly(scenario, oracle):
     meta, schema, indices, stats, rows_by_label = make_dataset(rows, pcols, ptypes, split)
     plan = plan_read(meta, schema, raw, indices=indices, stats=stats)
     matching = {lab for lab, rs in rows_by_label.items() if any(oracle.eval_dnf(r, sem) for r in rs)}
-    assert set(plan.partitions) == matching, raw
+    assert set(plan.labels) == matching, raw
     # partition terms are fully answered by the plan: no residual filtering left
     for task in plan.tasks:
         assert task.residual is None
     # the same with no indices and no statistics
     plan2 = plan_read(meta, schema, raw)
-    assert set(plan2.partitions) == matching
+    assert set(plan2.labels) == matching
 
 
 @settings(max_examples=30, deadline=None)
@@ -201,7 +201,7 @@ def test_plan_without_index_or_stats_is_superset(scenario, oracle):
     matching = {lab for lab, rs in rows_by_label.items() if any(oracle.eval_dnf(r, sem) for r in rs)}
     for kwargs in ({}, {"indices": indices}, {"stats": stats}):
         plan = plan_read(meta, schema, raw, **kwargs)
-        assert set(plan.partitions) >= matching
+        assert set(plan.labels) >= matching
         for task in plan.tasks:
             rs = rows_by_label[task.label]
             assert _residual_rows(task, rs, oracle) == [i for i, r in enumerate(rs) if oracle.eval_dnf(r, sem)]
@@ -225,7 +225,7 @@ def test_doc_example():
         {"p=1/a": {"table": "d/table/p=1/a.parquet"}, "p=2/a": {"table": "d/table/p=2/a.parquet"}})
     schema = pa.schema([("p", pa.int64()), ("x", pa.string())])
     plan = plan_read(meta, schema, predicates=[[("p", "==", 2)]])
-    assert plan.partitions == ("p=2/a",)
+    assert plan.labels == ("p=2/a",)
     assert plan.keys == ("d/table/p=2/a.parquet",)
     assert plan.explain() == "dataset 'd': 2 partitions -> 1 planned\n  conjunction 1: partition index p: 2 -> 1"
 
@@ -233,11 +233,11 @@ def test_doc_example():
 def test_no_predicates_plans_everything():
     meta, schema, indices, stats, rows_by_label = _simple()
     plan = plan_read(meta, schema, None, indices=indices, stats=stats)
-    assert set(plan.partitions) == set(rows_by_label)
+    assert set(plan.labels) == set(rows_by_label)
     assert all(t.residual is None for t in plan.tasks)
     assert plan.predicates is None
     assert plan.columns == tuple(schema.names)
-    assert plan.n_partitions == len(rows_by_label)
+    assert plan.n_files == len(rows_by_label)
     assert isinstance(plan, ReadPlan)
 
 
@@ -288,7 +288,7 @@ def test_empty_dataset():
     schema = pa.schema([("p", pa.int64()), ("n", pa.int64())])
     plan = plan_read(meta, schema, [("p", "==", 1), ("n", "==", 1)],
                      indices={"n": ColumnIndex.empty("n", pa.int64())})
-    assert plan.tasks == () and plan.n_partitions == 0
+    assert plan.tasks == () and plan.n_files == 0
 
 
 def test_partition_column_missing_from_schema():
@@ -307,7 +307,7 @@ def test_partition_column_missing_from_schema():
 def test_secondary_index_prunes_and_keeps_residual():
     meta, schema, indices, _, rows_by_label = _simple()
     plan = plan_read(meta, schema, [("n", "==", 20)], indices=indices)
-    assert [naming.parse_label(lab, ["p"])[0] for lab in plan.partitions] == [("2",)]
+    assert [naming.parse_label(lab, ["p"])[0] for lab in plan.labels] == [("2",)]
     (task,) = plan.tasks
     assert [[(t.column, t.op, t.value) for t in c] for c in task.residual] == [[("n", "==", 20)]]
     assert task.partition_values == (("p", 2),)
@@ -317,15 +317,15 @@ def test_index_labels_unknown_to_metadata_are_ignored():
     meta, schema, indices, _, _ = _simple()
     stale = indices["n"].merge(ColumnIndex.build("n", pa.array([20]), pa.array(["p=9/gone"])))
     plan = plan_read(meta, schema, [("n", "==", 20)], indices={"n": stale})
-    assert all(lab in meta.partitions for lab in plan.partitions)
-    assert len(plan.partitions) == 1
+    assert all(lab in meta.partitions for lab in plan.labels)
+    assert len(plan.labels) == 1
 
 
 def test_stats_rows_missing_for_a_label_keep_it():
     meta, schema, _, stats, rows_by_label = _simple()
     partial = stats.slice(0, 1)
     plan = plan_read(meta, schema, [("m", "==", 99)], stats=partial)
-    assert set(plan.partitions) == set(rows_by_label) - {partial.column("label")[0].as_py()}
+    assert set(plan.labels) == set(rows_by_label) - {partial.column("label")[0].as_py()}
 
 
 def test_float_index_nan_only_partition_is_planned_for_not_equal():
@@ -337,14 +337,14 @@ def test_float_index_nan_only_partition_is_planned_for_not_equal():
     nan_label = next(lab for lab, rs in rows_by_label.items() if rs[0]["p"] == 2)
     for pred in ([("x", "!=", 1.0)], [("x", "not in", [1.0])], [("x", "is not null")]):
         plan = plan_read(meta, schema, pred, indices=indices)
-        assert nan_label in plan.partitions, pred
+        assert nan_label in plan.labels, pred
 
 
 def test_large_int_partition_values_with_float_literal():
     rows = [{"p": 2**25, "n": 1, "m": 1}, {"p": 1, "n": 1, "m": 1}]
     meta, schema, *_ = make_dataset(rows, ["p"], {"p": pa.int64()}, [0])
     plan = plan_read(meta, schema, [("p", ">", 0.5)])
-    assert len(plan.partitions) == 2
+    assert len(plan.labels) == 2
 
 
 def test_kartothek_labels_with_slash_bug_and_timestamps():

@@ -242,7 +242,7 @@ def test_concurrent_appends_8_processes_x_25(tmp_path):
     assert [e.operation for e in hist].count("append") == W * N
     assert hist[0].operation == "create"
     assert all(e.parent == e.version - 1 for e in hist[1:])
-    assert all(e.n_partitions == len(INIT) + e.version for e in hist)
+    assert all(e.n_files == len(INIT) + e.version for e in hist)
     assert sum(e.rows_added for e in hist[1:]) == sum(cw.rows_of(w, j, ROWS) for w in range(W) for j in range(N))
 
     # -- the main file holds the newest version (no writer published an older one last) --
@@ -773,7 +773,7 @@ def test_commit_gives_up_with_a_clear_error_after_max_attempts(tmp_path):
     leaves no files behind (its data, index and statistics files are deleted)."""
     from kstore.blocks.commit import commit
     from kstore.blocks.write import FileLayout, write_partitions
-    from kstore.core.operations import Operation
+    from kstore.core.operations import Append
 
     url, _ = local_store(tmp_path)
     crash_base(url)
@@ -789,7 +789,7 @@ def test_commit_gives_up_with_a_clear_error_after_max_attempts(tmp_path):
     files = write_partitions(st, UUID, pa.Table.from_pandas(frame(["q"], [1])), FileLayout(("p",), ("x",)))
     schema = load.load_schema(st, load.load_latest(st, UUID)[0])
     with pytest.raises(CommitConflictError, match="gave up after 3 attempts"):
-        commit(st, UUID, Operation(kind="append", partition_on=("p",), index_columns=("x",)),
+        commit(st, UUID, Append(partition_on=("p",), index_columns=("x",)),
                files=files, schema=schema, max_attempts=3)
     stolen = set(referenced_by_any_version(url)) | {naming.log_key(UUID, v) for v in log_versions(url)}
     leftovers = dataset_keys(url) - before - stolen - {f.key for f in files}

@@ -66,7 +66,7 @@ def planned_batches(url: str, predicates=None, uuid: str = UUID, **version) -> l
     snap = kstore.open_dataset(url, uuid, **version)
     stats = snap.stats()
     by_label = dict(zip(stats.column("label").to_pylist(), stats.column("min:batch").to_pylist()))
-    return [by_label[label] for label in snap.plan(predicates=predicates).partitions]
+    return [by_label[label] for label in snap.plan(predicates=predicates).labels]
 
 
 def partition_batches(ddf) -> list[list[int]]:
@@ -297,7 +297,7 @@ def test_meta_dtypes_are_the_computed_dtypes(odd_url, blocksize, columns, predic
         ddf = kd.read_dataset(odd_url, UUID, columns=columns, predicates=predicates, blocksize=blocksize)
         got = ddf.compute()
         parts = [ddf.partitions[i].compute() for i in range(ddf.npartitions)]
-    files = len(kstore.open_dataset(odd_url, UUID).plan(columns, predicates).partitions)
+    files = len(kstore.open_dataset(odd_url, UUID).plan(columns, predicates).labels)
     expected_parts = {None: max(files, 1), "1MiB": 1}.get(blocksize)
     if expected_parts is not None:
         assert ddf.npartitions == expected_parts

@@ -669,9 +669,9 @@ def test_predicates_every_operator(pred_store, pred_df, file_rows, col, op):
     plan = kstore.plan_read(pred_store, PRED_UUID, predicates=pred)
     rows = file_rows(pred_store, PRED_UUID)
     needed = {rows[i] for i in expected}
-    assert needed <= set(plan.partitions), (col, op)
+    assert needed <= set(plan.labels), (col, op)
     if col in PARTITION_COLS or (col in INDEXED_COLS and op != "is null"):
-        assert set(plan.partitions) == needed, (col, op)
+        assert set(plan.labels) == needed, (col, op)
 
 
 DNF_CASES = {
@@ -825,11 +825,11 @@ def test_iter_dataset_frames_share_dtypes(store_url):
 
 def test_plan_read_prunes_by_partition_and_index(pred_store, pred_df, file_rows):
     plan = kstore.plan_read(pred_store, PRED_UUID)
-    assert plan.n_partitions == 12 and len(plan.tasks) == 12
+    assert plan.n_files == 12 and len(plan.tasks) == 12
     plan = kstore.plan_read(pred_store, PRED_UUID, predicates=[[("p", "==", "c/d"), ("x", "==", 4)]])
     rows = file_rows(pred_store, PRED_UUID)
-    assert set(plan.partitions) == {rows[i] for i in oracle_ids(pred_df, [[("p", "==", "c/d"), ("x", "==", 4)]])}
-    assert all(lab.startswith("p=c%2Fd/") for lab in plan.partitions)
+    assert set(plan.labels) == {rows[i] for i in oracle_ids(pred_df, [[("p", "==", "c/d"), ("x", "==", 4)]])}
+    assert all(lab.startswith("p=c%2Fd/") for lab in plan.labels)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1367,7 +1367,7 @@ def test_plan_call_budget(budget_store, case):
     assert [k for m, k in counting.keys if m == "get"] == [naming.last_checkpoint_key("budget"),
                                                             naming.checkpoint_key("budget", 0)]
     assert [k for m, k in counting.keys if m == "iter_prefix"] == [naming.log_prefix("budget")]
-    assert plan.n_partitions == n
+    assert plan.n_files == n
     # the plan is right, too
     k = np.arange(n)
     frame = pd.DataFrame({"k": k, "x": k % 50, "y": [f"s{i % 7}" for i in k]})
@@ -1375,7 +1375,7 @@ def test_plan_call_budget(budget_store, case):
         expected = set(k)
     else:
         expected = set(frame.loc[frame.eval(_to_query(pred)), "k"])
-    got = {int(lab.split("/")[0].removeprefix("k=")) for lab in plan.partitions}
+    got = {int(lab.split("/")[0].removeprefix("k=")) for lab in plan.labels}
     assert got == expected
 
 
@@ -1392,7 +1392,7 @@ def test_plan_call_budget_plain_column_uses_statistics(budget_store):
     counting = CountingStore(url)
     plan = kstore.plan_read(counting, "budget", predicates=[[("v", ">=", n - 2.0)]])
     assert dict(counting.calls) == {"get": 2, "iter_prefix": 1}
-    assert {lab.split("/")[0] for lab in plan.partitions} == {f"k={n - 2}", f"k={n - 1}"}
+    assert {lab.split("/")[0] for lab in plan.labels} == {f"k={n - 2}", f"k={n - 1}"}
 
 
 def test_plan_call_budget_msgpack(store_url):

@@ -44,7 +44,7 @@ def without_summaries(store, uuid: str) -> MemoryStore:
 
 def rows(entries):
     return [(h.version, h.parent, h.timestamp, h.operation, h.added, h.removed, h.rows_added, h.txn,
-             h.n_partitions, h.info) for h in entries]
+             h.n_files, h.info) for h in entries]
 
 
 def commit_many(store, uuid: str, n: int, clock: runtime.FixedRuntime, start: int = 0) -> None:
@@ -68,7 +68,7 @@ def test_history_of_1000_versions_costs_at_most_20_store_calls():
     assert calls <= 20, dict(counting.calls)
     assert [h.version for h in got] == list(range(1000))
     assert rows(got) == rows(kstore.history(without_summaries(store, "ds"), "ds"))
-    assert sum(h.rows_added for h in got) == 1000 and got[-1].n_partitions == 1000  # one file (label) per append
+    assert sum(h.rows_added for h in got) == 1000 and got[-1].n_files == 1000  # one file (label) per append
     # as_of: same cost, same answer as reading every entry, at 200 random instants
     counting.reset()
     rng = random.Random(7)
@@ -221,5 +221,5 @@ def test_a_large_create_stays_out_of_the_summaries_and_is_read_once():
     counting = CountingStore(store)
     got = kstore.history(counting, "ds")
     assert sum(counting.calls.values()) <= 20 and ("get", naming.log_key("ds", 0)) in counting.keys
-    assert got[0].n_partitions == 1200 and len(got[0].added) == 1200
+    assert got[0].n_files == 1200 and len(got[0].added) == 1200
     assert rows(got) == rows(kstore.history(without_summaries(store, "ds"), "ds"))

@@ -27,7 +27,7 @@ from kstore.blocks import load
 from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 from kstore.core import naming
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Operation, check
+from kstore.core.operations import Append, Compaction, Operation
 from kstore.errors import CommitConflictError, CorruptMetadataError, DatasetNotFoundError
 from tests.format1 import copy_format1
 
@@ -236,15 +236,15 @@ def test_check_compares_incarnations():
     legacy = DatasetMetadata.new("d").evolve(version=4)
 
     def op(read: str | None, **kw) -> Operation:
-        return Operation(kind="append", read_version=2, read_incarnation=read, checks_incarnation=True, **kw)
+        return Append(read_version=2, read_incarnation=read, checks_incarnation=True, **kw)
 
-    check(base, op("B"), dataset_uuid="d")
+    op("B").check(base, dataset_uuid="d")
     for read in ("A", None):  # another incarnation, or one read before the dataset had any
         with pytest.raises(CommitConflictError, match="created again"):
-            check(base, op(read), dataset_uuid="d")
-    check(legacy, op("A"), dataset_uuid="d")  # the state cannot tell: the commit reads the log
-    check(legacy, op(None), dataset_uuid="d")
-    check(base, Operation(kind="compaction", read_version=2), dataset_uuid="d")  # an op that does not say
+            op(read).check(base, dataset_uuid="d")
+    op("A").check(legacy, dataset_uuid="d")  # the state cannot tell: the commit reads the log
+    op(None).check(legacy, dataset_uuid="d")
+    Compaction(read_version=2).check(base, dataset_uuid="d")  # an op that does not say
 
 
 # -- datasets written before incarnations -------------------------------------------------------------

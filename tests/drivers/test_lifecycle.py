@@ -132,7 +132,7 @@ def test_history_fields(store_url):
         assert e.parent == (e.version - 1 if e.version else None)
         assert e.timestamp.tzinfo is not None
         assert e.writer.startswith("kstore ")
-        assert e.n_partitions == len(metas[e.version].partitions)
+        assert e.n_files == len(metas[e.version].partitions)
         prev = set(metas[e.version - 1].partitions) if e.version else set()
         now = set(metas[e.version].partitions)
         assert set(e.added) == now - prev, e
@@ -385,7 +385,7 @@ def test_copy_dataset_reads_identically(tmp_path, target_kind):
                                       by_id(kstore.read_dataset(src, UUID, predicates=preds)))
     # statistics prune in the copy as in the source (v is no index column)
     plan = kstore.plan_read(dst, UUID, predicates=[[("v", ">", 70.0)]])
-    assert [s.kind for s in plan.stages] == ["statistics"] and len(plan.partitions) < plan.n_partitions
+    assert [s.kind for s in plan.stages] == ["statistics"] and len(plan.labels) < plan.n_files
     for v in (1, 2):
         assert kstore.index_lookup(dst, UUID, "x", v) == kstore.index_lookup(src, UUID, "x", v)
     assert all(k.startswith(UUID) for k in kstore.open_store(dst).iter_prefix(""))

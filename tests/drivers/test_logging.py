@@ -29,8 +29,8 @@ def test_each_step_logs_under_its_kstore_logger(tmp_path, caplog):
     assert all(name.startswith("kstore.") for name in by_logger)
     commits = [m for m in by_logger["kstore.commit"] if "committed version" in m]
     assert commits == [
-        "dataset 'sales': committed version 0 (create: 3 file(s) added, 0 partition(s) removed)",
-        f"dataset 'sales': committed version {meta.version} (append: 3 file(s) added, 0 partition(s) removed)",
+        "dataset 'sales': committed version 0 (create: 3 file(s) added, 0 file(s) removed)",
+        f"dataset 'sales': committed version {meta.version} (append: 3 file(s) added, 0 file(s) removed)",
     ]
     assert any("wrote 3 file(s), 6 row(s)" in m for m in by_logger["kstore.write"])
     # the plan of x == 101: the index keeps one of the three new files (and none of the old)

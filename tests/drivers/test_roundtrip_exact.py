@@ -25,7 +25,7 @@ import pytest
 import kstore
 from kstore.blocks import write as write_block
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Operation, apply
+from kstore.core.operations import Create, Overwrite
 from kstore.core.types import normalize_schema
 from kstore.errors import InvalidArgumentError, SchemaMismatchError
 
@@ -197,7 +197,7 @@ def test_statistics_of_narrow_columns(store_url):
     kstore.update_dataset(store_url, "d", narrow_frame(start=100))
     snap = kstore.open_dataset(store_url, "d")
     plan = snap.plan(predicates=[[("i32", ">=", 100 * 100_000)]])
-    assert {lab.split("/")[0] for lab in plan.partitions} == {"p=0", "p=1", "p=2"}
+    assert {lab.split("/")[0] for lab in plan.labels} == {"p=0", "p=1", "p=2"}
     assert len(plan.tasks) == 3  # the first write's files are pruned by their statistics
     assert sorted(kstore.read_table(store_url, "d", predicates=[[("i32", ">=", 100 * 100_000)]])
                   .column("id").to_pylist()) == list(range(100, 112))
@@ -320,13 +320,12 @@ def test_overwrite_keeps_user_metadata(store_url):
 
 
 def test_overwrite_in_the_fold_drops_creation_time_and_engine_type_hints():
-    base = apply(None, Operation(kind="create", metadata={"owner": "me", "spark_schema": "{}"}),
-                 dataset_uuid="d", schema=None, now="t0")
+    base = Create(metadata={"owner": "me", "spark_schema": "{}"}).apply(None, dataset_uuid="d", schema=None,
+                                                                         now="t0")
     assert isinstance(base, DatasetMetadata)
-    out = apply(base, Operation(kind="overwrite"), dataset_uuid="d", schema=None, now="t1")
+    out = Overwrite().apply(base, dataset_uuid="d", schema=None, now="t1")
     assert out is not None
     assert dict(out.metadata) == {"owner": "me", "creation_time": "t1"}
-    out = apply(base, Operation(kind="overwrite", metadata={"spark_schema": "{new}", "k": 1}),
-                dataset_uuid="d", schema=None, now="t1")
+    out = Overwrite(metadata={"spark_schema": "{new}", "k": 1}).apply(base, dataset_uuid="d", schema=None, now="t1")
     assert out is not None
     assert dict(out.metadata) == {"owner": "me", "spark_schema": "{new}", "k": 1, "creation_time": "t1"}

@@ -108,4 +108,4 @@ def test_open_dataset_arguments(url):
     assert snap.version == 1
     assert [h.version for h in kstore.open_dataset(url, UUID, version=0).history()] == [0]
     assert [h.version for h in snap.history()] == [0, 1]
-    assert "version=1" in repr(snap) and "partitions=6" in repr(snap)  # 3 files per write
+    assert "version=1" in repr(snap) and "files=6" in repr(snap)  # 3 files per write

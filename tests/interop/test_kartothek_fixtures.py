@@ -555,7 +555,7 @@ def _expected_plan(uuid: str, q: dict) -> tuple[set[str] | None, set[str], str]:
 def test_plan_read_partitions(store_url, uuid, qi):
     q = _q(uuid, qi)
     plan = kstore.plan_read(store_url, uuid, predicates=fx.decode_predicates(q["predicates"]))
-    got_list = list(plan.partitions)
+    got_list = list(plan.labels)
     got = set(got_list)
     exact, must, origin = _expected_plan(uuid, q)
     problems = []
@@ -579,8 +579,8 @@ def test_plan_read_partitions(store_url, uuid, qi):
 def test_plan_read_without_predicates_keeps_everything(store_url, uuid):
     plan = kstore.plan_read(store_url, uuid)
     want = set(EXP[uuid]["partitions"])
-    if set(plan.partitions) != want:
-        _fail("plan_read(no predicates) differs", uuid, [fx.set_diff(want, plan.partitions)])
+    if set(plan.labels) != want:
+        _fail("plan_read(no predicates) differs", uuid, [fx.set_diff(want, plan.labels)])
 
 
 @pytest.mark.parametrize("uuid,li", LOOKUP_CASES)

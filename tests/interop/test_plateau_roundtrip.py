@@ -196,16 +196,16 @@ def test_plateau_sees_and_answers_kstore_indices(kstore_dataset):
             rows = src[src[col] == v]
             assert bool(ours) == (len(rows) > 0)
         assert sorted(index.eval_operator(">=", values[0] if col == "x" else "s2")) == sorted(
-            kstore.plan_read(path, "kds", predicates=[[(col, ">=", values[0] if col == "x" else "s2")]]).partitions)
+            kstore.plan_read(path, "kds", predicates=[[(col, ">=", values[0] if col == "x" else "s2")]]).labels)
     # plateau's query over both indices == kstore's plan (exact per partition)
     theirs = sorted(meta.query(x=3, s="s3"))
-    ours = sorted(kstore.plan_read(path, "kds", predicates=[[("x", "==", 3), ("s", "==", "s3")]]).partitions)
+    ours = sorted(kstore.plan_read(path, "kds", predicates=[[("x", "==", 3), ("s", "==", "s3")]]).labels)
     assert theirs == ours and ours
     # via the factory, as plateau's readers use it
     factory = DatasetFactory("kds", pstore(path), load_all_indices=True)
     assert set(factory.secondary_indices) == {"x", "s"}
     assert sorted(factory.indices["x"].eval_operator("in", [1, 2])) == sorted(
-        kstore.plan_read(path, "kds", predicates=[[("x", "in", [1, 2])]]).partitions)
+        kstore.plan_read(path, "kds", predicates=[[("x", "in", [1, 2])]]).labels)
 
 
 def test_plateau_partition_indices_on_kstore_dataset(kstore_dataset):
@@ -354,9 +354,9 @@ def test_kstore_uses_plateau_indices(plateau_dataset):
         for v in values:
             assert kstore.index_lookup(path, "pds", col, v) == sorted(meta.indices[col].eval_operator("==", v))
     plan = kstore.plan_read(path, "pds", predicates=[[("x", "==", 2), ("s", "==", "s1")]])
-    assert sorted(plan.partitions) == sorted(meta.query(x=2, s="s1"))
+    assert sorted(plan.labels) == sorted(meta.query(x=2, s="s1"))
     if partition_on:
-        assert len(plan.partitions) < plan.n_partitions
+        assert len(plan.labels) < plan.n_files
 
 
 def test_kstore_reads_plateau_update_with_delete_scope(store_dir):
