@@ -15,15 +15,13 @@ Examples
 >>> ft = ft.apply(Actions(add=add, remove=("p=1/a",)))
 >>> ft.partitions()
 {'p=2/b': {'table': 'd/table/p=2/b.parquet'}}
->>> Actions.decode(Actions(add=add).encode(), where="x").add.equals(add)
-True
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -650,44 +648,9 @@ class ColumnarPartitions(Mapping[str, Mapping[str, str]]):
 
 @dataclass(frozen=True)
 class Actions:
-    """What one commit changes (format 2's log entry ``actions``).
-
-    ``add`` is a file table of the added files (label, table, key and their statistics),
-    ``remove`` the labels removed, ``set`` the small parts of the state that changed
-    (schema, partition keys, user metadata, txns, orphan cutoff, index keys).
-    """
+    """What one commit changes in the file table: ``add``, a file table of the added files
+    (label, table, key and their statistics), and ``remove``, the labels removed. The log
+    entry's encoding of it is :func:`kstore.core.state.encode_actions`."""
 
     add: pa.Table | None = None
     remove: tuple[str, ...] = ()
-    set: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    def encode(self) -> dict[str, Any]:
-        """JSON-ready dict; the added rows travel as base64 Arrow IPC (types stay exact)."""
-        out: dict[str, Any] = {"remove": list(self.remove), "set": dict(self.set)}
-        if self.add is not None:
-            out["add"] = ipc_text(self.add)
-        return out
-
-    @classmethod
-    def decode(cls, raw: Any, *, where: str) -> Actions:
-        """Validate an encoded dict (``where`` names the log entry in errors)."""
-        if not isinstance(raw, Mapping):
-            raise CorruptMetadataError(f"{where}: actions must be a mapping, got {type(raw).__name__}")
-        remove = raw.get("remove")
-        remove = [] if remove is None else remove
-        if not isinstance(remove, list) or not all(isinstance(x, str) for x in remove):
-            raise CorruptMetadataError(f"{where}: actions.remove must be a list of partition labels")
-        small = raw.get("set")
-        small = {} if small is None else small
-        if not isinstance(small, Mapping):
-            raise CorruptMetadataError(f"{where}: actions.set must be a mapping")
-        add = None
-        if raw.get("add") is not None:
-            add = from_ipc_text(raw["add"], f"{where}: actions.add")
-            names = add.column_names
-            if tuple(names[:3]) != ("label", "table", "key") or not all(
-                    pa.types.is_string(add.schema.field(i).type) for i in range(3)):
-                raise CorruptMetadataError(f"{where}: actions.add must start with string columns label, table, key")
-            if any(add.column(i).null_count for i in range(3)):
-                raise CorruptMetadataError(f"{where}: actions.add has null labels, tables or keys")
-        return cls(add=add, remove=tuple(remove), set=MappingProxyType(dict(small)))

@@ -104,26 +104,6 @@ class WriteJob:
     schema: pa.Schema
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
 
-    @property
-    def dataset_uuid(self) -> str:
-        return self.core.dataset_uuid
-
-    @property
-    def partition_on(self) -> tuple[str, ...]:
-        return self.core.partition_on
-
-    @property
-    def index_columns(self) -> tuple[str, ...]:
-        return self.core.index_columns
-
-    @property
-    def table_name(self) -> str:
-        return self.core.table_name
-
-    @property
-    def committed(self) -> bool:
-        return self.core.already_committed
-
 
 def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     """Column names; a string may list several, comma-separated (data source options)."""
@@ -402,14 +382,14 @@ def check_in_scope(job: WriteJob, files: Sequence[WrittenFile], scopes: Sequence
     outside ``scopes`` (``replaceWhere``: the new rows must match the condition, as in Delta)."""
     from kstore.core.types import coerce_literal, decode_partition_value
 
-    keys = job.partition_on
+    keys = job.core.partition_on
     missing = [c for scope in scopes for c in scope if c not in keys]
     if missing:
         raise InvalidArgumentError(
             f"option replaceWhere {condition!r}: {sorted(set(missing))} are not partition columns of dataset "
-            f"{job.dataset_uuid!r} (partition columns: {list(keys)})"
+            f"{job.core.dataset_uuid!r} (partition columns: {list(keys)})"
         )
-    typed = [{c: coerce_literal(v, job.schema.field(c).type, c, job.dataset_uuid) for c, v in scope.items()}
+    typed = [{c: coerce_literal(v, job.schema.field(c).type, c, job.core.dataset_uuid) for c, v in scope.items()}
              for scope in scopes]
     for f in files:
         values, _ = naming.parse_label(f.label, keys)
@@ -444,7 +424,7 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
     fails (or the consumer stops early), every file this call wrote is deleted before the
     error propagates, so a failed task attempt leaves nothing behind when it can help it.
     """
-    if job.committed:
+    if job.core.already_committed:
         for _ in batches:
             pass
         return
@@ -452,7 +432,7 @@ def write_batches(job: WriteJob, batches: Iterable[pa.RecordBatch]) -> Iterator[
     written: list[WrittenFile] = []
     try:
         for table in _chunks(batches, job.file_schema, job.chunk_bytes):
-            files = write_partitions(store, job.dataset_uuid, table, job.core.layout, max_workers=ENGINE_TASK_THREADS)
+            files = write_partitions(store, job.core.dataset_uuid, table, job.core.layout, max_workers=ENGINE_TASK_THREADS)
             written.extend(files)
             yield files
     except BaseException:
@@ -489,16 +469,16 @@ def _shuffled(df: DataFrame, job: WriteJob, shuffle: Shuffle | None) -> DataFram
         shuffle = "none"
     if shuffle not in ("none", "repartition", "sort"):
         raise InvalidArgumentError(f"shuffle must be 'none', 'repartition' or 'sort', got {shuffle!r}")
-    if not job.partition_on or shuffle == "none":
+    if not job.core.partition_on or shuffle == "none":
         return df
     if shuffle == "repartition":
-        return df.repartition(*job.partition_on)
-    return df.sortWithinPartitions(*job.partition_on)
+        return df.repartition(*job.core.partition_on)
+    return df.sortWithinPartitions(*job.core.partition_on)
 
 
 def _run(df: DataFrame | None, job: WriteJob, shuffle: Shuffle | None) -> DatasetMetadata:
     files: list[WrittenFile] = []
-    if df is not None and not job.committed:
+    if df is not None and not job.core.already_committed:
         mapped = _shuffled(df, job, shuffle).mapInArrow(_MapWriter(job), _PAYLOAD_SCHEMA)
         for row in mapped.collect():  # metadata only: one small row per written chunk
             files.extend(pickle.loads(row[0]))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kstore.core.filetable import Actions, FileTable
 from kstore.core.metadata import DatasetMetadata
+from kstore.core.state import decode_actions, encode_actions
 from kstore.core.stats import FileStats, stats_table
 from kstore.errors import CorruptMetadataError
 
@@ -55,14 +56,18 @@ def _typed_stats() -> tuple[pa.Schema, pa.Table]:
     return schema, stats_table(["p=1/a", "p=2/b"], stats, schema)
 
 
+def _entry(add=None, remove=()):
+    """A log entry's ``actions`` as the commit writes them, through JSON."""
+    return json.loads(json.dumps(encode_actions(DatasetMetadata.new("d"), add=add, remove=remove)))
+
+
 def test_actions_round_trip_through_json_with_exact_types():
     _, stats = _typed_stats()
     add = FileTable.from_partitions(files(["p=1/a", "p=2/b"], "x"), stats).table
-    actions = Actions(add=add, remove=("p=0/z",), set={"metadata": {"n": 1}})
-    back = Actions.decode(json.loads(json.dumps(actions.encode())), where="version 3")
-    assert back.add is not None and back.add.equals(add)
-    assert back.add.schema.equals(add.schema)
-    assert back.remove == ("p=0/z",) and dict(back.set) == {"metadata": {"n": 1}}
+    back = decode_actions(_entry(add, ("p=0/z",)), dataset_uuid="d", where="version 3")
+    assert back.add is not None and back.add.table.equals(add)
+    assert back.add.table.schema.equals(add.schema)
+    assert back.remove == ("p=0/z",) and back.reset is False and isinstance(back.state, dict)
 
 
 def test_statistics_survive_the_file_table():
@@ -83,41 +88,47 @@ def test_a_one_file_append_encodes_in_constant_size():
         base = FileTable.from_partitions(files([f"p={i}/f" for i in range(n)], "x"))
         after = base.apply(Actions(add=one))
         assert len(after) == n + 1
-        sizes.append(len(json.dumps(Actions(add=one).encode())))
+        sizes.append(len(json.dumps(_entry(one))))
     assert sizes[0] == sizes[1] < 8192
 
 
-@pytest.mark.parametrize("raw, match", [
-    ([], "must be a mapping"),
-    ({"remove": "p=1"}, "remove must be a list"),
-    ({"remove": [1]}, "remove must be a list"),
-    ({"set": []}, "set must be a mapping"),
-    ({"add": 5}, "base64 text"),
-    ({"add": "not base64!"}, "not an Arrow IPC stream"),
-    ({"add": "AAAA"}, "not an Arrow IPC stream"),
+@pytest.mark.parametrize("change, match", [
+    (lambda raw: [], "must be a mapping"),
+    (lambda raw: {**raw, "state": 5}, "state must be a mapping"),
+    (lambda raw: {**raw, "remove": "p=1"}, "remove must be a list"),
+    (lambda raw: {**raw, "remove": [1]}, "remove must be a list"),
+    (lambda raw: {**raw, "reset": "yes"}, "reset must be true or false"),
+    (lambda raw: {**raw, "index": 5}, "index must be a mapping"),
+    (lambda raw: {**raw, "add": 5}, "base64 text"),
+    (lambda raw: {**raw, "add": "not base64!"}, "not an Arrow IPC stream"),
+    (lambda raw: {**raw, "add": "AAAA"}, "not an Arrow IPC stream"),
 ])
-def test_damaged_actions_are_named(raw, match):
+def test_damaged_actions_are_named(change, match):
     with pytest.raises(CorruptMetadataError, match=f"version 7: actions.*{match}|version 7: {match}"):
-        Actions.decode(raw, where="version 7")
+        decode_actions(change(_entry()), dataset_uuid="d", where="version 7")
 
 
 def test_actions_with_wrong_columns_are_damage():
-    wrong = Actions(add=pa.table({"key": ["a"], "label": ["b"], "table": ["t"]}))
+    wrong = pa.table({"key": ["d/a"], "label": ["b"], "table": ["t"]})
     with pytest.raises(CorruptMetadataError, match="label, table, key"):
-        Actions.decode(wrong.encode(), where="v")
-    nulls = Actions(add=pa.table({"label": [None], "table": ["t"], "key": ["k"]},
-                                 schema=pa.schema([("label", pa.string()), ("table", pa.string()), ("key", pa.string())])))
+        decode_actions(_entry(wrong), dataset_uuid="d", where="v")
+    nulls = pa.table({"label": [None], "table": ["t"], "key": ["d/k"]},
+                     schema=pa.schema([("label", pa.string()), ("table", pa.string()), ("key", pa.string())]))
     with pytest.raises(CorruptMetadataError, match="null"):
-        Actions.decode(nulls.encode(), where="v")
+        decode_actions(_entry(nulls), dataset_uuid="d", where="v")
+    outside = pa.table({"label": ["a"], "table": ["t"], "key": ["other/k"]})
+    with pytest.raises(CorruptMetadataError, match="not a key inside dataset 'd'"):
+        decode_actions(_entry(outside), dataset_uuid="d", where="v")
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-                        st.sampled_from(["add", "remove", "set", "x"]), inner, max_size=4), max_leaves=12))
+                        st.sampled_from(["add", "remove", "state", "reset", "index", "x"]), inner, max_size=4),
+                    max_leaves=12))
 def test_decoding_junk_raises_only_corrupt_metadata(raw):
     try:
-        Actions.decode(raw, where="v")
+        decode_actions(raw, dataset_uuid="d", where="v")
     except CorruptMetadataError:
         pass
 
