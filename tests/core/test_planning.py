@@ -227,7 +227,7 @@ def test_doc_example():
     plan = plan_read(meta, schema, predicates=[[("p", "==", 2)]])
     assert plan.labels == ("p=2/a",)
     assert plan.keys == ("d/table/p=2/a.parquet",)
-    assert plan.explain() == "dataset 'd': 2 partitions -> 1 planned\n  conjunction 1: partition index p: 2 -> 1"
+    assert plan.explain() == "dataset 'd': 2 files -> 1 planned\n  conjunction 1: partition index p: 2 -> 1"
 
 
 def test_no_predicates_plans_everything():
@@ -246,7 +246,7 @@ def test_explain_mentions_every_stage():
     plan = plan_read(meta, schema, [[("p", "<=", 2), ("n", ">=", 11), ("m", "<", 5)], [("p", "==", 3)]],
                      indices=indices, stats=stats, store_calls={"metadata": 1, "index": 1, "stats": 1})
     text = plan.explain()
-    assert text.startswith(f"dataset {UUID!r}: 3 partitions -> ")
+    assert text.startswith(f"dataset {UUID!r}: 3 files -> ")
     assert "conjunction 1: partition index p: 3 -> 2" in text
     assert "conjunction 1: secondary index n: 2 -> " in text
     assert "conjunction 1: statistics m: " in text

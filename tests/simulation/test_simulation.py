@@ -228,8 +228,11 @@ def _no_gc_fence(mp):
 
 
 def _without_scope(module):
+    """The module's commits without the operation's scope check (its scope resolver dropped)."""
+    from dataclasses import replace
+
     real = module.commit
-    return lambda st, uuid, op, **kw: real(st, uuid, op, **{k: v for k, v in kw.items() if k != "scope"})
+    return lambda st, uuid, op, **kw: real(st, uuid, replace(op, scope=None), **kw)
 
 
 def _no_delete_rows_conflict_scope(mp):
