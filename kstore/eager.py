@@ -782,7 +782,7 @@ def index_lookup(store: StoreLike, dataset_uuid: str, column: str, value: Any) -
     >>> [label.split("/")[0] for label in kstore.index_lookup("memory://lookup-doc", "d", "x", 6)]
     ['p=2']
     """
-    plan = plan_read(store, dataset_uuid, [column], [[(column, "==", value)]])
+    plan = plan_read(store, dataset_uuid, columns=[column], predicates=[[(column, "==", value)]])
     if column not in plan.schema.names:
         raise KstoreError(f"dataset {dataset_uuid!r} has no column {column!r}")
     return sorted(plan.labels)

@@ -203,8 +203,8 @@ def commit(
         head = _fresh_head(store, dataset_uuid, known_base if attempt == 0 else None)
         base = head.meta
         if op.done_before(base):
-            log.info("dataset %r: this %s was committed before (txn %s); nothing to do",
-                     dataset_uuid, op.kind, op.txn)
+            log.info("dataset %r: this %s was committed before (%s); nothing to do", dataset_uuid, op.kind,
+                     f"transaction {op.txn[0]!r} {op.txn[1]}" if op.txn is not None else "by a concurrent writer")
             return Committed(None, base, new=False)
         op.check(base, dataset_uuid=dataset_uuid)
         _check_orphan_cutoff(store, dataset_uuid, head, files, op.seen_version,

@@ -47,7 +47,7 @@ from kstore.core import runtime
 from kstore.core.arguments import as_bool, as_delete_scope, as_txn, as_workers
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import Compaction
+from kstore.core.operations import Compaction, txn_committed
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import columns_of, parse
@@ -205,7 +205,7 @@ def plan_compaction(store: Store, dataset_uuid: str, request: CompactionRequest 
                                                 request.dry_run, request.txn)
     predicates, scopes = request.predicates, request.scopes
     base = base_version(store, dataset_uuid, base)
-    if txn is not None and base.txns.get(txn[0], -1) >= txn[1]:  # committed before: nothing to do
+    if txn_committed(base, txn):  # committed before: nothing to do
         return CompactionPlan(dataset_uuid=dataset_uuid, version=base.version, target_file_size=target, groups=(),
                               txn=txn, dry_run=dry_run, incarnation=base.incarnation)
     schema = load.load_schema(store, base)

@@ -58,6 +58,7 @@ from kstore.core.operations import (
     Operation,
     Overwrite,
     OverwritePartitions,
+    txn_committed,
 )
 from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
@@ -126,8 +127,7 @@ class WriteJob:
     @property
     def already_committed(self) -> bool:
         """The job's application transaction is already committed (a retried job)."""
-        return (self.txn is not None and self.base is not None
-                and self.base.txns.get(self.txn[0], -1) >= self.txn[1])
+        return txn_committed(self.base, self.txn)
 
 
 def _one_of(keyword: Any, option: Any, name: str, dataset_uuid: str) -> Any:

@@ -49,7 +49,7 @@ from kstore.core import naming
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import BuildIndices, DeleteRows, DropIndices
+from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, txn_committed
 from kstore.core.planning import plan_read
 from kstore.core.predicates import bind, parse, to_expression
 from kstore.core.types import read_schema
@@ -79,8 +79,7 @@ def base_version(store: Store, dataset_uuid: str, base: DatasetMetadata | None) 
 
 
 def _committed_before(base: DatasetMetadata, options: CommitOptions) -> bool:
-    txn = options.txn
-    return txn is not None and base.txns.get(txn[0], -1) >= txn[1]
+    return txn_committed(base, options.txn)
 
 
 def build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,

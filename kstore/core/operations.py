@@ -35,7 +35,7 @@ from kstore.errors import (
 )
 
 __all__ = [
-    "Operation", "OperationKind", "AddedFile", "next_version", "Create", "Overwrite", "Append", "DeleteScope",
+    "Operation", "OperationKind", "AddedFile", "next_version", "txn_committed", "Create", "Overwrite", "Append", "DeleteScope",
     "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "Compaction", "Upgrade", "Vacuum", "Delete",
 ]
 
@@ -122,7 +122,7 @@ class Operation:
     def done_before(self, base: DatasetMetadata | None) -> bool:
         """Whether ``base`` already holds this operation's effect (its transaction was
         committed before): the commit then commits nothing."""
-        return self.txn is not None and base is not None and base.txns.get(self.txn[0], -1) >= self.txn[1]
+        return txn_committed(base, self.txn)
 
     def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
         """Raise if the operation cannot be applied on top of ``base`` (the newest version)."""
@@ -172,6 +172,13 @@ class Operation:
         the added files: the new state is then columnar (the base must be columnar, or be
         replaced).
         """
+        return self._apply(base, dataset_uuid=dataset_uuid, schema=schema, now=now,
+                           version=next_version(base) if version is None else version, add_rows=add_rows)
+
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
+        """What :meth:`apply` computes, with the version number resolved (subclasses
+        override this, not :meth:`apply`)."""
         if base is None:
             raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
         meta = base
@@ -180,7 +187,7 @@ class Operation:
             merged.update(self.metadata)
             meta = meta.evolve(metadata=merged)
         return self._with_files(meta, base.files, self.remove, dict(base.txns), schema=schema,
-                                version=next_version(base) if version is None else version, add_rows=add_rows)
+                                version=version, add_rows=add_rows)
 
     def _with_files(self, meta: DatasetMetadata, start: FileTable | None, remove: tuple[str, ...],
                     txns: dict[str, int], *, schema: pa.Schema | None, version: int,
@@ -224,10 +231,10 @@ class Create(Operation):
                 "use update_dataset to append"
             )
 
-    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
-              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
         return self._fresh(base, {}, {}, dataset_uuid=dataset_uuid, schema=schema, now=now,
-                           version=next_version(base) if version is None else version, add_rows=add_rows)
+                           version=version, add_rows=add_rows)
 
     def _fresh(self, base: DatasetMetadata | None, kept: Mapping[str, Any], txns: dict[str, int], *,
                dataset_uuid: str, schema: pa.Schema | None, now: str, version: int,
@@ -248,8 +255,8 @@ class Overwrite(Create):
     def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
         return None  # replaces whatever is there
 
-    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
-              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
         # an overwrite keeps the user metadata (as Delta keeps a table's configuration) and
         # the transactions; the write's own ``metadata`` is merged over it, as an append
         # merges it. Not kept: the creation time (the dataset is new) and type hints of
@@ -257,7 +264,7 @@ class Overwrite(Create):
         kept = {} if base is None else {k: v for k, v in base.metadata.items()
                                         if k != "creation_time" and k not in TYPE_HINT_KEYS}
         return self._fresh(base, kept, {} if base is None else dict(base.txns), dataset_uuid=dataset_uuid,
-                           schema=schema, now=now, version=next_version(base) if version is None else version,
+                           schema=schema, now=now, version=version,
                            add_rows=add_rows)
 
 
@@ -331,11 +338,11 @@ class Vacuum(Operation):
     def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
         return None  # a fence commits on any state, even none
 
-    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
-              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
         if base is None:
             return None
-        return base.evolve(version=next_version(base) if version is None else version,
+        return base.evolve(version=version,
                            orphan_cutoff_ms=_later(base.orphan_cutoff_ms, self.orphan_cutoff_ms))
 
 
@@ -345,9 +352,20 @@ class Delete(Vacuum):
 
     kind: ClassVar[OperationKind] = "delete"
 
-    def apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
-              version: int | None = None, add_rows: pa.Table | None = None) -> DatasetMetadata | None:
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
         return None
+
+
+def txn_committed(base: DatasetMetadata | None, txn: tuple[str, int] | None) -> bool:
+    """Whether ``base`` records application transaction ``txn`` (or a later one of the
+    same application) as committed: a retried job then commits nothing.
+
+    >>> base = DatasetMetadata.new("ds").evolve(txns={"app": 7})
+    >>> txn_committed(base, ("app", 7)), txn_committed(base, ("app", 8)), txn_committed(base, None)
+    (True, False, False)
+    """
+    return txn is not None and base is not None and base.txns.get(txn[0], -1) >= txn[1]
 
 
 def next_version(base: DatasetMetadata | None) -> int:

@@ -176,6 +176,14 @@ def test_done_before():
     assert not Upgrade().done_before(DatasetMetadata.new("ds"))  # a kartothek dataset: no version yet
 
 
+@pytest.mark.parametrize("kind", [Append, DeleteScope, OverwritePartitions, BuildIndices, DropIndices, DeleteRows,
+                                  Compaction, Upgrade, Vacuum, Overwrite])
+def test_every_kind_numbers_its_version_the_same_way(kind):
+    base = _created()
+    assert kind().apply(base, dataset_uuid="ds", schema=SCHEMA, now=NOW).version == next_version(base) == 1
+    assert kind().apply(base, dataset_uuid="ds", schema=SCHEMA, now=NOW, version=9).version == 9
+
+
 def test_the_base_class_is_no_operation():
     with pytest.raises(AttributeError):
         Operation().kind  # noqa: B018  (only a subclass says what it does)

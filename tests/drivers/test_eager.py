@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import logging
 import math
 import operator
 import re
@@ -1283,15 +1284,18 @@ def test_update_other_failures_leave_the_dataset_unchanged(store_url):
     assert_unchanged(store_url, "ds", before)
 
 
-def test_update_txn_is_idempotent(store_url, dataset_keys):
+def test_update_txn_is_idempotent(store_url, dataset_keys, caplog):
     src = simple_frame(4)
     kstore.store_dataset(store_url, "ds", src, partition_on="p")
     new = simple_frame(4).assign(id=lambda d: d["id"] + 10)
     m1 = kstore.update_dataset(store_url, "ds", new, txn=("app", 1))
     keys = dataset_keys(store_url, "ds")
     rows = by_id(kstore.read_dataset(store_url, "ds"))
-    again = kstore.update_dataset(store_url, "ds", new, txn=("app", 1))
+    with caplog.at_level(logging.INFO, logger="kstore"):
+        again = kstore.update_dataset(store_url, "ds", new, txn=("app", 1))
     assert again.version == m1.version
+    assert any("app:1 was committed before" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
     left = sorted(dataset_keys(store_url, "ds") - keys)
     assert not left, f"re-submitting a committed txn left unreferenced files behind: {left}"
     pdt.assert_frame_equal(by_id(kstore.read_dataset(store_url, "ds")), rows)
