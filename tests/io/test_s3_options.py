@@ -24,9 +24,10 @@ QSECRET = urllib.parse.quote_plus(SECRET)
 SECRETS = (KEY, SECRET, TOKEN, QSECRET)
 
 
-def _credentials(store: S3Store) -> tuple[str, str, str | None]:
-    creds = store.client._request_signer._credentials
-    return creds.access_key, creds.secret_key, creds.token
+def _credentials(store: S3Store) -> tuple[str | None, str | None, str | None]:
+    """The explicit credentials the store signs with (and pickles)."""
+    creds = store._credentials
+    return creds.get("aws_access_key_id"), creds.get("aws_secret_access_key"), creds.get("aws_session_token")
 
 
 def _assert_no_secret(text: str) -> None:
