@@ -198,6 +198,11 @@ def _check_prefix(prefix: str, what: str) -> None:
         )
 
 
+def _missing_container(exc: BaseException) -> bool:
+    """Whether a "not found" names the bucket or container, not the key."""
+    return any(code in str(exc) for code in _MISSING_CONTAINER)
+
+
 def _obstore_errors() -> Any:
     import obstore.exceptions
 
@@ -428,7 +433,7 @@ class ObjectStore:
         errors = _obstore_errors()
         text = self._scrub(exc)
         if isinstance(exc, (FileNotFoundError, errors.NotFoundError)):
-            if any(code in str(exc) for code in _MISSING_CONTAINER):
+            if _missing_container(exc):
                 return StoreNotFoundError(f"{self._container()} does not exist ({action} of {full_key!r})")
             return KeyNotFoundError(f"{self._where(full_key)} not found")
         if isinstance(exc, ValueError):
@@ -611,8 +616,10 @@ class ObjectStore:
         full_key = self._full_key(key)
         try:
             obstore.delete(self._obstores()[0], full_key)
-        except (errors.NotFoundError, FileNotFoundError):
-            return
+        except (errors.NotFoundError, FileNotFoundError) as exc:
+            if _missing_container(exc):
+                raise self._error("delete", full_key, exc) from exc
+            return  # a missing key is no error
         except (errors.BaseError, OSError, ValueError) as exc:
             raise self._error("delete", full_key, exc) from exc
 
@@ -662,8 +669,9 @@ class ObjectStore:
             for full_key in batch:
                 try:
                     obstore.delete(store, full_key)
-                except (errors.NotFoundError, FileNotFoundError):
-                    pass
+                except (errors.NotFoundError, FileNotFoundError) as exc:
+                    if _missing_container(exc):
+                        raise self._error("delete", full_key, exc) from exc
                 except (errors.BaseError, OSError) as exc:
                     failed.append((full_key, self._scrub(exc)))
         if failed:
@@ -781,7 +789,7 @@ class ObjectStore:
         except (_obstore_errors().BaseError, OSError) as exc:
             what = f"{self.backend} listing of prefix {full_prefix!r} in {self._container()}"
             text = self._scrub(exc)  # also redacts exc, which is chained to the error
-            if any(code in str(exc) for code in _MISSING_CONTAINER):
+            if _missing_container(exc):
                 raise StoreNotFoundError(f"{what} failed: it does not exist") from exc
             raise StoreError(f"{what} failed: {text}") from exc
 
