@@ -198,6 +198,39 @@ def _check_prefix(prefix: str, what: str) -> None:
         )
 
 
+def _without_folder_markers(listed: Iterator[tuple[str, int]]) -> Iterator[str]:
+    """The keys of a sorted listing of ``(key, size)`` without S3 "folder" markers.
+
+    A marker is an empty object named ``a/`` (the S3 console's "Create folder", some
+    uploaders); ``object_store`` lists it as ``a``. An empty key with keys below it
+    (``a/...``) is such a marker: no file system has a file and a folder of one name, and
+    kstore writes none. An empty key waits until the listing passes ``a/`` to be decided.
+
+    >>> list(_without_folder_markers(iter([("a", 0), ("a-b", 3), ("a/x", 5), ("b", 0)])))
+    ['a-b', 'a/x', 'b']
+    """
+    pending: list[list[Any]] = []  # [key, decided, keep], in listing order
+    for name, size in listed:
+        for item in pending:
+            if not item[1]:
+                if name.startswith(item[0] + "/"):
+                    item[1], item[2] = True, False  # a folder marker
+                elif name > item[0] + "/":
+                    item[1] = True  # nothing can be below it any more
+        while pending and pending[0][1]:
+            key, _, keep = pending.pop(0)
+            if keep:
+                yield key
+        pending.append([name, size != 0, True])
+        while pending and pending[0][1]:
+            key, _, keep = pending.pop(0)
+            if keep:
+                yield key
+    for key, _, keep in pending:
+        if keep:
+            yield key
+
+
 def _missing_container(exc: BaseException) -> bool:
     """Whether a "not found" names the bucket or container, not the key."""
     return any(code in str(exc) for code in _MISSING_CONTAINER)
@@ -765,9 +798,9 @@ class ObjectStore:
             raise InvalidKeyError(f"invalid start_after {start_after!r}: must be a string")
         full_prefix = self._key_prefix + prefix
         after = self._key_prefix + start_after if start_after is not None else None
-        return self._list(full_prefix, after)
+        return _without_folder_markers(self._list(full_prefix, after))
 
-    def _list(self, full_prefix: str, after: str | None) -> Iterator[str]:
+    def _list(self, full_prefix: str, after: str | None) -> Iterator[tuple[str, int]]:
         import obstore
 
         directory = full_prefix.rpartition("/")[0]
@@ -785,7 +818,7 @@ class ObjectStore:
                             return
                         continue
                     if (after is None or name > after) and len(name) > cut and not name.endswith("/"):
-                        yield name[cut:]
+                        yield name[cut:], int(meta["size"])
         except (_obstore_errors().BaseError, OSError) as exc:
             what = f"{self.backend} listing of prefix {full_prefix!r} in {self._container()}"
             text = self._scrub(exc)  # also redacts exc, which is chained to the error
