@@ -69,7 +69,8 @@ from kstore.errors import (
 )
 from kstore.io.redact import redact_exception, redact_text, redact_url, url_secrets
 
-__all__ = ["ObjectStore", "ObjectRangeReader", "SCHEMES", "URL_OPTION_KEYS", "DELETE_BATCH", "DEFAULT_BUFFER_SIZE"]
+__all__ = ["ObjectStore", "ObjectRangeReader", "SCHEMES", "URL_OPTION_KEYS", "CLIENT_OPTION_KEYS", "DELETE_BATCH",
+           "DEFAULT_BUFFER_SIZE"]
 
 #: Buffer of the files :meth:`ObjectStore.open` returns: one ranged GET fetches at least this
 #: much (up to the end of the object), so small sequential reads do not each cost a request.
@@ -97,7 +98,7 @@ may be given there. Every other option (credentials above all) is given in
 ``storage_options`` or the environment."""
 
 #: obstore's HTTP client options (``client_options``); every other key is store configuration.
-_CLIENT_KEYS = frozenset(
+CLIENT_OPTION_KEYS = _CLIENT_KEYS = frozenset(
     {
         "allow_http",
         "allow_invalid_certificates",

@@ -62,7 +62,7 @@ from typing import Any
 from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
 from kstore.errors import InvalidArgumentError, InvalidKeyError, StoreError
-from kstore.io.objstore import DEFAULT_BUFFER_SIZE, DELETE_BATCH, ObjectRangeReader, ObjectStore
+from kstore.io.objstore import CLIENT_OPTION_KEYS, DEFAULT_BUFFER_SIZE, DELETE_BATCH, ObjectRangeReader, ObjectStore
 from kstore.io.redact import has_userinfo, redact_url
 
 __all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "DELETE_BATCH", "STORAGE_OPTION_KEYS", "redact_url"]
@@ -125,11 +125,17 @@ def _parse_options(storage_options: Any) -> dict[str, Any]:
         low = name.lower()
         if low in _IGNORED_OPTION_KEYS:
             continue
+        http = low.removeprefix("aws_")
+        if http in CLIENT_OPTION_KEYS:
+            if value is not None:
+                out.setdefault("client_options", {})[http] = value
+            continue
         target = STORAGE_OPTION_KEYS.get(low)
         if target is None:
             raise InvalidArgumentError(
                 f"unknown S3 storage_options key {name!r}; known keys: "
-                f"{sorted(set(STORAGE_OPTION_KEYS) | _IGNORED_OPTION_KEYS)} (any case)"
+                f"{sorted(set(STORAGE_OPTION_KEYS) | _IGNORED_OPTION_KEYS)} and the HTTP client's "
+                f"{sorted(CLIENT_OPTION_KEYS)} (any case)"
             )
         if value is None:
             continue
@@ -245,6 +251,10 @@ class S3Store(ObjectStore):
         Explicit credentials; by default boto3 finds them (environment, config, role).
         They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
         Without them, see the module docstring for where credentials come from.
+    client_options
+        Options of the HTTP client (:data:`~kstore.io.objstore.CLIENT_OPTION_KEYS`:
+        ``timeout``, ``connect_timeout``, ``proxy_url``, ``user_agent``, ...); in
+        ``storage_options`` they are given by name (``AWS_`` prefix optional).
 
     Examples
     --------
@@ -271,6 +281,7 @@ class S3Store(ObjectStore):
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
+        client_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not bucket or any(c in bucket for c in "/?#\\ "):
             raise StoreError(f"invalid S3 bucket name {bucket!r}")
@@ -300,7 +311,11 @@ class S3Store(ObjectStore):
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self._credentials = credentials
-        options: dict[str, Any] = dict(credentials)
+        self._client_options = dict(client_options or {})
+        unknown = sorted(set(self._client_options) - CLIENT_OPTION_KEYS)
+        if unknown:
+            raise InvalidArgumentError(f"unknown S3 client option(s) {unknown}; known: {sorted(CLIENT_OPTION_KEYS)}")
+        options: dict[str, Any] = {**self._client_options, **credentials}
         if endpoint_url:
             options["aws_endpoint"] = endpoint_url
             if endpoint_url.lower().startswith("http://"):
@@ -489,8 +504,12 @@ class S3Store(ObjectStore):
             url = self.url.partition("?")[0]
             if self.region_name:
                 url += "?" + urllib.parse.urlencode({"region": self.region_name})
-            return (_rebuild, (url, {**self._credentials, "endpoint_url": self.endpoint_url}))
-        return (_rebuild, (self.url, dict(self._credentials)))
+            return (_rebuild, (url, {**self._credentials, "endpoint_url": self.endpoint_url,
+                                     **self._pickled_client_options()}))
+        return (_rebuild, (self.url, {**self._credentials, **self._pickled_client_options()}))
+
+    def _pickled_client_options(self) -> dict[str, Any]:
+        return {"client_options": dict(self._client_options)} if self._client_options else {}
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
