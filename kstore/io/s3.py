@@ -248,9 +248,10 @@ class S3Store(ObjectStore):
         (a password in the endpoint, ``http://user:password@host``, shows as ``***`` there
         and in every message; a pickled store keeps it).
     aws_access_key_id, aws_secret_access_key, aws_session_token
-        Explicit credentials; by default boto3 finds them (environment, config, role).
-        They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
-        Without them, see the module docstring for where credentials come from.
+        Explicit credentials (without them, they are looked up as the module docstring
+        says: environment, web identity, ECS, instance metadata; profiles and SSO through
+        boto3). They are never part of :attr:`url` or ``repr``, but do travel with a
+        pickled store.
     client_options
         Options of the HTTP client (:data:`~kstore.io.objstore.CLIENT_OPTION_KEYS`:
         ``timeout``, ``connect_timeout``, ``proxy_url``, ``user_agent``, ...); in
