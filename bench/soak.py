@@ -5,7 +5,7 @@ The soak of issue #29 (10 minutes each, with SIGKILLs; every must-be-0 figure mu
     .venv/bin/python bench/soak.py --store local --minutes 10 --kill-every 10 --gc-retention 0
     .venv/bin/python bench/soak.py --store s3 --minutes 10 --kill-every 10 --gc-retention 0 \\
         --proxy-faults 0.05 --s3-client mixed
-    .venv/bin/python bench/soak.py --store s3 --proxy-faults 0.05 --s3-client boto3     # one client only
+    .venv/bin/python bench/soak.py --store s3 --proxy-faults 0.05 --s3-client s3store   # one constructor only
     .venv/bin/python bench/soak.py --store s3 --proxy-faults 0.05 --s3-client obstore
 
 Actors (each a process; ``--seed`` makes the random choices and the injected faults repeatable):
@@ -27,9 +27,10 @@ actors reach it through the fault proxy (tests/fault_proxy.py): RATE/2 of the re
 answered 500/503 without being forwarded, RATE/2 are forwarded and their answer dropped, and
 every ``--hold-every`` seconds (about; default 20) one conditional PUT of a log entry is held
 1-3 s while other conditional PUTs of that key get ``409 ConditionalRequestConflict``.
-``--s3-client`` picks the client of the actors: ``boto3`` (kstore's ``S3Store``, what an
-``s3://`` URL opens), ``obstore`` (``kstore.io.objstore.ObjectStore``) or ``mixed`` (actors
-alternate, so both clients work on one dataset at once). The final check reads moto directly.
+``--s3-client`` picks how the actors open the bucket: ``s3store`` (kstore's ``S3Store``, what
+an ``s3://`` URL opens), ``obstore`` (``kstore.io.objstore.ObjectStore`` with obstore's own
+options) or ``mixed`` (actors alternate). Both are the one obstore client since #30; the
+final check reads moto directly.
 
 At the end every version is replayed against a row model (the simulation's oracle,
 ``tests.simulation.sim.Op``) and every read is compared with the model's rows of the version
@@ -89,7 +90,7 @@ def open_soak_store(spec: dict) -> Any:
         from kstore.io.local import LocalStore
 
         return LocalStore(spec["path"])
-    if client == "boto3":
+    if client == "s3store":
         from kstore.io.s3 import S3Store
 
         return S3Store(BUCKET, "data", endpoint_url=spec["endpoint"], region_name="us-east-1", **CREDENTIALS)
@@ -480,8 +481,8 @@ def main() -> int:
     ap.add_argument("--hold-every", type=float, default=20.0,
                     help="with --proxy-faults: hold one conditional PUT of a log entry (1-3 s) about every S s "
                          "(0: never)")
-    ap.add_argument("--s3-client", choices=["boto3", "obstore", "mixed"], default="boto3",
-                    help="the actors' S3 client: S3Store (boto3), ObjectStore (obstore), or alternating")
+    ap.add_argument("--s3-client", choices=["s3store", "obstore", "mixed"], default="s3store",
+                    help="how the actors open the bucket: S3Store, ObjectStore, or alternating")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", help="where the op logs go (default: a new temporary directory)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
@@ -517,9 +518,9 @@ def main() -> int:
 
                 proxy = FaultProxy(upstream, seed=a.seed)
                 endpoint = proxy.start()
-            clients = {"boto3": ["boto3"], "obstore": ["obstore"], "mixed": ["boto3", "obstore"]}[a.s3_client]
+            clients = {"s3store": ["s3store"], "obstore": ["obstore"], "mixed": ["s3store", "obstore"]}[a.s3_client]
             specs = [{"client": c, "endpoint": endpoint} for c in clients]
-            check_spec = {"client": "boto3", "endpoint": upstream}  # the final check reads moto directly
+            check_spec = {"client": "s3store", "endpoint": upstream}  # the final check reads moto directly
         else:
             specs = [{"client": "local", "path": str(work / "store")}]
             check_spec = specs[0]

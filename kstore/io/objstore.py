@@ -1,4 +1,4 @@
-"""Google Cloud Storage and Azure Blob Storage (and S3) through the ``obstore`` library.
+"""Object stores (S3, Google Cloud Storage, Azure Blob Storage) through the ``obstore`` library.
 
 :class:`ObjectStore` adapts `obstore <https://developmentseed.org/obstore/>`_ (Python bindings
 of Rust's ``object_store``) to the :class:`~kstore.io.store.Store` protocol. Install it with
@@ -9,7 +9,8 @@ opens these URLs with it::
     abfs://container[/prefix]          (also abfss://, az://, azure://)
     abfs://container@account.dfs.core.windows.net[/prefix]
 
-``s3://`` URLs stay on :class:`~kstore.io.s3.S3Store`; ``ObjectStore("s3://...")`` works too.
+``s3://`` URLs open :class:`~kstore.io.s3.S3Store`, this class with S3's URL forms,
+``storage_options`` keys and credential lookup; ``ObjectStore("s3://...")`` works too.
 
 - ``put_if_absent`` is obstore's ``put(..., mode="create")``: ``If-None-Match: *`` on S3 and
   Azure, ``x-goog-if-generation-match: 0`` on GCS; the service creates the object atomically,
@@ -53,7 +54,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
@@ -67,12 +68,13 @@ from kstore.errors import (
     failed_deletes_error,
 )
 from kstore.io.redact import redact_exception, redact_text, redact_url, url_secrets
-from kstore.io.s3 import DEFAULT_BUFFER_SIZE, S3RangeReader, _check_prefix
 
-if TYPE_CHECKING:
-    from kstore.io.s3 import S3Store
+__all__ = ["ObjectStore", "ObjectRangeReader", "SCHEMES", "URL_OPTION_KEYS", "CLIENT_OPTION_KEYS", "DELETE_BATCH",
+           "DEFAULT_BUFFER_SIZE"]
 
-__all__ = ["ObjectStore", "ObjectRangeReader", "SCHEMES", "URL_OPTION_KEYS", "DELETE_BATCH"]
+#: Buffer of the files :meth:`ObjectStore.open` returns: one ranged GET fetches at least this
+#: much (up to the end of the object), so small sequential reads do not each cost a request.
+DEFAULT_BUFFER_SIZE = 1 << 20
 
 SCHEMES: dict[str, str] = {
     "gs": "gcs",
@@ -87,8 +89,8 @@ SCHEMES: dict[str, str] = {
 """URL scheme -> obstore backend (``"gcs"``, ``"azure"``, ``"s3"``, ``"memory"``).
 
 :func:`~kstore.io.store.open_store` sends ``gs://``, ``abfs://``, ``abfss://``, ``az://`` and
-``azure://`` URLs here; ``s3://`` stays on :class:`~kstore.io.s3.S3Store` unless an
-:class:`ObjectStore` is made directly."""
+``azure://`` URLs here; ``s3://`` goes to :class:`~kstore.io.s3.S3Store` (a subclass) unless
+an :class:`ObjectStore` is made directly."""
 
 URL_OPTION_KEYS = ("account_name", "endpoint", "base_url", "region", "use_emulator", "allow_http")
 """Options that are no secret: they are part of :attr:`ObjectStore.url` (as its query) and
@@ -96,7 +98,7 @@ may be given there. Every other option (credentials above all) is given in
 ``storage_options`` or the environment."""
 
 #: obstore's HTTP client options (``client_options``); every other key is store configuration.
-_CLIENT_KEYS = frozenset(
+CLIENT_OPTION_KEYS = _CLIENT_KEYS = frozenset(
     {
         "allow_http",
         "allow_invalid_certificates",
@@ -181,6 +183,58 @@ def _parse_options(storage_options: Any) -> dict[str, tuple[str, str]]:
             )
         out[canonical] = (name, text)
     return out
+
+
+def _check_prefix(prefix: str, what: str) -> None:
+    """Reject ``.``/``..``/empty components, backslashes and NULs in a (partial) key prefix."""
+    parts = prefix.split("/")
+    if (
+        "\\" in prefix
+        or "\x00" in prefix
+        or any(p in (".", "..") for p in parts)
+        or any(p == "" for p in parts[:-1])
+    ):
+        raise InvalidKeyError(
+            f"invalid {what} {prefix!r}: empty, '.' or '..' component, or a backslash/NUL"
+        )
+
+
+def _without_folder_markers(listed: Iterator[tuple[str, int]]) -> Iterator[str]:
+    """The keys of a sorted listing of ``(key, size)`` without S3 "folder" markers.
+
+    A marker is an empty object named ``a/`` (the S3 console's "Create folder", some
+    uploaders); ``object_store`` lists it as ``a``. An empty key with keys below it
+    (``a/...``) is such a marker: no file system has a file and a folder of one name, and
+    kstore writes none. An empty key waits until the listing passes ``a/`` to be decided.
+
+    >>> list(_without_folder_markers(iter([("a", 0), ("a-b", 3), ("a/x", 5), ("b", 0)])))
+    ['a-b', 'a/x', 'b']
+    """
+    pending: list[list[Any]] = []  # [key, decided, keep], in listing order
+    for name, size in listed:
+        for item in pending:
+            if not item[1]:
+                if name.startswith(item[0] + "/"):
+                    item[1], item[2] = True, False  # a folder marker
+                elif name > item[0] + "/":
+                    item[1] = True  # nothing can be below it any more
+        while pending and pending[0][1]:
+            key, _, keep = pending.pop(0)
+            if keep:
+                yield key
+        pending.append([name, size != 0, True])
+        while pending and pending[0][1]:
+            key, _, keep = pending.pop(0)
+            if keep:
+                yield key
+    for key, _, keep in pending:
+        if keep:
+            yield key
+
+
+def _missing_container(exc: BaseException) -> bool:
+    """Whether a "not found" names the bucket or container, not the key."""
+    return any(code in str(exc) for code in _MISSING_CONTAINER)
 
 
 def _obstore_errors() -> Any:
@@ -354,6 +408,9 @@ class ObjectStore:
         config = {n: v for k, (n, v) in self._options.items() if k not in _CLIENT_KEYS}
         client = {k: v for k, (_, v) in self._options.items() if k in _CLIENT_KEYS}
         kwargs: dict[str, Any] = {"config": config, "client_options": client or None}
+        provider = self._credential_provider()
+        if provider is not None:
+            kwargs["credential_provider"] = provider
         if not retry:
             kwargs["retry_config"] = {"max_retries": 0}
         errors = _obstore_errors()
@@ -379,6 +436,10 @@ class ObjectStore:
                     ) from exc
             raise StoreError(f"cannot open {self._shown()}: {self._scrub(exc)}") from exc
 
+    def _credential_provider(self) -> Any:
+        """A callable obstore asks for credentials (None: obstore's own lookup)."""
+        return None
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _shown(self) -> str:
@@ -393,8 +454,12 @@ class ObjectStore:
     def _full_key(self, key: str) -> str:
         return self._key_prefix + validate_key(key)
 
+    def _container(self) -> str:
+        """The bucket or container, as messages name it."""
+        return f"{self.scheme}://{self.bucket}"
+
     def _where(self, full_key: str) -> str:
-        return f"key {full_key!r} in {self.scheme}://{self.bucket}"
+        return f"key {full_key!r} in {self._container()}"
 
     def _error(self, action: str, full_key: str, exc: BaseException) -> KstoreError:
         """The kstore error for an obstore failure of ``action`` on ``full_key`` (``exc`` is
@@ -402,10 +467,8 @@ class ObjectStore:
         errors = _obstore_errors()
         text = self._scrub(exc)
         if isinstance(exc, (FileNotFoundError, errors.NotFoundError)):
-            if any(code in str(exc) for code in _MISSING_CONTAINER):
-                return StoreNotFoundError(
-                    f"{self.scheme}://{self.bucket} does not exist ({action} of {full_key!r})"
-                )
+            if _missing_container(exc):
+                return StoreNotFoundError(f"{self._container()} does not exist ({action} of {full_key!r})")
             return KeyNotFoundError(f"{self._where(full_key)} not found")
         if isinstance(exc, ValueError):
             return InvalidKeyError(f"invalid key {full_key!r}: {text}")
@@ -587,8 +650,10 @@ class ObjectStore:
         full_key = self._full_key(key)
         try:
             obstore.delete(self._obstores()[0], full_key)
-        except (errors.NotFoundError, FileNotFoundError):
-            return
+        except (errors.NotFoundError, FileNotFoundError) as exc:
+            if _missing_container(exc):
+                raise self._error("delete", full_key, exc) from exc
+            return  # a missing key is no error
         except (errors.BaseError, OSError, ValueError) as exc:
             raise self._error("delete", full_key, exc) from exc
 
@@ -638,12 +703,13 @@ class ObjectStore:
             for full_key in batch:
                 try:
                     obstore.delete(store, full_key)
-                except (errors.NotFoundError, FileNotFoundError):
-                    pass
+                except (errors.NotFoundError, FileNotFoundError) as exc:
+                    if _missing_container(exc):
+                        raise self._error("delete", full_key, exc) from exc
                 except (errors.BaseError, OSError) as exc:
                     failed.append((full_key, self._scrub(exc)))
         if failed:
-            raise failed_deletes_error(failed, f" in {self.scheme}://{self.bucket}")
+            raise failed_deletes_error(failed, f" in {self._container()}")
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (one HEAD request).
@@ -733,9 +799,9 @@ class ObjectStore:
             raise InvalidKeyError(f"invalid start_after {start_after!r}: must be a string")
         full_prefix = self._key_prefix + prefix
         after = self._key_prefix + start_after if start_after is not None else None
-        return self._list(full_prefix, after)
+        return _without_folder_markers(self._list(full_prefix, after))
 
-    def _list(self, full_prefix: str, after: str | None) -> Iterator[str]:
+    def _list(self, full_prefix: str, after: str | None) -> Iterator[tuple[str, int]]:
         import obstore
 
         directory = full_prefix.rpartition("/")[0]
@@ -753,11 +819,11 @@ class ObjectStore:
                             return
                         continue
                     if (after is None or name > after) and len(name) > cut and not name.endswith("/"):
-                        yield name[cut:]
+                        yield name[cut:], int(meta["size"])
         except (_obstore_errors().BaseError, OSError) as exc:
-            what = f"{self.backend} listing of prefix {full_prefix!r} in {self.scheme}://{self.bucket}"
+            what = f"{self.backend} listing of prefix {full_prefix!r} in {self._container()}"
             text = self._scrub(exc)  # also redacts exc, which is chained to the error
-            if any(code in str(exc) for code in _MISSING_CONTAINER):
+            if _missing_container(exc):
                 raise StoreNotFoundError(f"{what} failed: it does not exist") from exc
             raise StoreError(f"{what} failed: {text}") from exc
 
@@ -807,10 +873,9 @@ class ObjectStore:
         return io.BufferedReader(raw, buffer_size=buffer_size)
 
 
-class ObjectRangeReader(S3RangeReader):
+class ObjectRangeReader(io.RawIOBase):
     """Unbuffered, seekable, read-only view of one object; each read is one ranged GET.
 
-    The seek/read logic is :class:`~kstore.io.s3.S3RangeReader`'s; only fetching differs.
     Use it through :meth:`ObjectStore.open`, which adds a buffer.
 
     Parameters
@@ -835,11 +900,63 @@ class ObjectRangeReader(S3RangeReader):
     """
 
     def __init__(self, store: ObjectStore, full_key: str, size: int, etag: str | None = None) -> None:
-        super().__init__(cast("S3Store", None), full_key, size, etag)
+        super().__init__()
         self._owner = store
+        self._key = full_key
+        self._etag = etag
+        self._pos = 0
+        #: The object's size in bytes (from the HEAD request at open time).
+        self.size = size
 
     def __repr__(self) -> str:
         return f"ObjectRangeReader({self._owner.scheme}://{self._owner.bucket}/{self._key}, size={self.size})"
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence!r}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        self._check_open()
+        view = memoryview(buffer).cast("B")
+        data = self._fetch(self._pos, len(view))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        """The rest of the object in one request (the default would loop in 8 KiB steps)."""
+        self._check_open()
+        data = self._fetch(self._pos, max(self.size - self._pos, 0))
+        self._pos += len(data)
+        return data
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
 
     def _fetch(self, start: int, length: int) -> bytes:
         if length <= 0 or start >= self.size:

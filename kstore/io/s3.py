@@ -1,16 +1,23 @@
-"""An S3 bucket (or a prefix in one) as a store, using boto3 directly.
+"""An S3 bucket (or a prefix in one) as a store: S3's URL forms, ``storage_options`` keys
+and credential lookup over the one object-store client, :class:`~kstore.io.objstore.ObjectStore`
+(obstore, Rust's ``object_store``).
 
 Any S3-compatible service works: pass ``endpoint_url`` (MinIO, Ceph, moto, ...).
-Credentials come from the usual boto3 chain (environment, config files, instance roles)
-unless given explicitly; they never appear in :attr:`S3Store.url`.
+Credentials are given explicitly, or found as the AWS SDKs find them: obstore's own lookup
+reads the environment (``AWS_ACCESS_KEY_ID``, ...), web identity tokens (EKS/IRSA), ECS task
+roles and the instance metadata service (IMDSv2); where a profile is named
+(``AWS_PROFILE``) or only the shared config files hold credentials (profiles, SSO,
+``credential_process``), boto3's chain is asked (``obstore.auth.boto3``; needs boto3).
+They never appear in :attr:`S3Store.url`.
 
 - ``put_if_absent`` is a conditional write (``PutObject`` with ``If-None-Match: *``), which
   S3 performs atomically: of several concurrent writers exactly one succeeds, the others
-  get ``412 Precondition Failed`` (or ``409 ConditionalRequestConflict``) and see False.
-  The service must support conditional writes (AWS S3 does since 2024-08; MinIO does).
+  see False. The service must support conditional writes (AWS S3 does since 2024-08;
+  MinIO does). A failure that may have reached the service is retried, and the stored
+  bytes tell whether an earlier attempt was this call's.
 - ``open`` returns a seekable file that fetches only the byte ranges that are read
-  (HTTP Range GETs through a 1 MiB buffer), so pyarrow reads a Parquet footer and the
-  column chunks it needs without downloading the whole object.
+  (ranged GETs through a 1 MiB buffer), so pyarrow reads a Parquet footer and the column
+  chunks it needs without downloading the whole object.
 
 URL forms (what :func:`kstore.io.store.open_store` accepts)::
 
@@ -46,37 +53,23 @@ Examples
 
 from __future__ import annotations
 
-import io
 import os
-import threading
-import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from kstore.core.arguments import check_text
 from kstore.core.naming import validate_key
-from kstore.errors import InvalidArgumentError, InvalidKeyError, KeyNotFoundError, StoreError, failed_deletes_error
-from kstore.io.redact import has_userinfo, redact_exception, redact_text, redact_url, url_secrets
+from kstore.errors import InvalidArgumentError, InvalidKeyError, StoreError
+from kstore.io.objstore import CLIENT_OPTION_KEYS, DEFAULT_BUFFER_SIZE, DELETE_BATCH, ObjectRangeReader, ObjectStore
+from kstore.io.redact import has_userinfo, redact_url
 
-__all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "STORAGE_OPTION_KEYS", "redact_url"]
+__all__ = ["S3Store", "S3RangeReader", "DEFAULT_BUFFER_SIZE", "DELETE_BATCH", "STORAGE_OPTION_KEYS", "redact_url"]
 
-#: Buffer of the files :meth:`S3Store.open` returns: one Range GET fetches at least this much
-#: (up to the end of the object), so small sequential reads do not each cost a request.
-DEFAULT_BUFFER_SIZE = 1 << 20
+#: The seekable reader :meth:`S3Store.open` returns (the one of every object store).
+S3RangeReader = ObjectRangeReader
 
-#: Client connection pool size (boto3's default of 10 is small for threaded writers).
-_MAX_POOL_CONNECTIONS = 32
-
-#: Keys per ``DeleteObjects`` request (S3's limit).
-DELETE_BATCH = 1000
-
-#: How often ``put_if_absent`` retries after ``409 ConditionalRequestConflict``.
-_CONFLICT_RETRIES = 4
-
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412"})
-_CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "409"})
 _URL_QUERY_KEYS = frozenset({"endpoint_url", "region", "region_name"})
 #: Query parameters of the minimalkv URL form ``s3://key:secret@host/bucket``.
 _MINIMALKV_QUERY_KEYS = frozenset(
@@ -132,11 +125,17 @@ def _parse_options(storage_options: Any) -> dict[str, Any]:
         low = name.lower()
         if low in _IGNORED_OPTION_KEYS:
             continue
+        http = low.removeprefix("aws_")
+        if http in CLIENT_OPTION_KEYS:
+            if value is not None:
+                out.setdefault("client_options", {})[http] = value
+            continue
         target = STORAGE_OPTION_KEYS.get(low)
         if target is None:
             raise InvalidArgumentError(
                 f"unknown S3 storage_options key {name!r}; known keys: "
-                f"{sorted(set(STORAGE_OPTION_KEYS) | _IGNORED_OPTION_KEYS)} (any case)"
+                f"{sorted(set(STORAGE_OPTION_KEYS) | _IGNORED_OPTION_KEYS)} and the HTTP client's "
+                f"{sorted(CLIENT_OPTION_KEYS)} (any case)"
             )
         if value is None:
             continue
@@ -213,47 +212,27 @@ def _check_endpoint(endpoint_url: Any) -> None:
         )
 
 
-def _error_code(exc: Any) -> tuple[str, int | None]:
-    """``(error code, HTTP status)`` of a botocore ``ClientError``."""
-    response = getattr(exc, "response", None) or {}
-    code = str(response.get("Error", {}).get("Code", ""))
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return code, status
-
-
-def _retry_attempts(exc: Any) -> int:
-    """How many times botocore retried the request that ended in ``exc``."""
-    response = getattr(exc, "response", None) or {}
-    return int(response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0)
-
-
-def _is_not_found(exc: Any) -> bool:
-    code, status = _error_code(exc)
-    # a missing bucket is a configuration error, not a missing key
-    return code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket")
-
-
 def _is_aws_endpoint(endpoint_url: str | None) -> bool:
     host = urllib.parse.urlsplit(endpoint_url or "").hostname or ""
     return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
 
 
-def _check_prefix(prefix: str, what: str) -> None:
-    """Reject ``.``/``..``/empty components, backslashes and NULs in a (partial) key prefix."""
-    parts = prefix.split("/")
-    if (
-        "\\" in prefix
-        or "\x00" in prefix
-        or any(p in (".", "..") for p in parts)
-        or any(p == "" for p in parts[:-1])
-    ):
-        raise InvalidKeyError(
-            f"invalid {what} {prefix!r}: empty, '.' or '..' component, or a backslash/NUL"
-        )
+def _shared_config_names_credentials() -> bool:
+    """Whether credentials are to come from boto3's chain rather than obstore's lookup: a
+    profile is named, or the shared config/credentials files exist and the environment has
+    no key (profiles, SSO and ``credential_process`` live there)."""
+    if os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"):
+        return True
+    if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return False
+    files = (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials"),
+             os.environ.get("AWS_CONFIG_FILE") or os.path.expanduser("~/.aws/config"))
+    return any(os.path.isfile(f) for f in files)
 
 
-class S3Store:
-    """Keys are objects ``<prefix>/<key>`` in ``bucket``.
+class S3Store(ObjectStore):
+    """Keys are objects ``<prefix>/<key>`` in ``bucket`` (an :class:`~kstore.io.objstore.ObjectStore`
+    with S3's URL forms and options).
 
     Parameters
     ----------
@@ -262,15 +241,21 @@ class S3Store:
     prefix
         Optional key prefix all keys live under (``"a/b"`` and ``"a/b/"`` are the same).
     client
-        A ready boto3 S3 client to use in this process. A pickled store (and a forked
-        child process) builds its own client from the other arguments instead.
+        Deprecated (a boto3 client; kstore's requests go through obstore now): its endpoint,
+        region and credentials are used, with a ``FutureWarning``. Pass them instead.
     endpoint_url, region_name
         For S3-compatible services and non-default regions; both are part of :attr:`url`
         (a password in the endpoint, ``http://user:password@host``, shows as ``***`` there
         and in every message; a pickled store keeps it).
     aws_access_key_id, aws_secret_access_key, aws_session_token
-        Explicit credentials; by default boto3 finds them (environment, config, role).
-        They are never part of :attr:`url` or ``repr``, but do travel with a pickled store.
+        Explicit credentials (without them, they are looked up as the module docstring
+        says: environment, web identity, ECS, instance metadata; profiles and SSO through
+        boto3). They are never part of :attr:`url` or ``repr``, but do travel with a
+        pickled store.
+    client_options
+        Options of the HTTP client (:data:`~kstore.io.objstore.CLIENT_OPTION_KEYS`:
+        ``timeout``, ``connect_timeout``, ``proxy_url``, ``user_agent``, ...); in
+        ``storage_options`` they are given by name (``AWS_`` prefix optional).
 
     Examples
     --------
@@ -297,6 +282,7 @@ class S3Store:
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
+        client_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not bucket or any(c in bucket for c in "/?#\\ "):
             raise StoreError(f"invalid S3 bucket name {bucket!r}")
@@ -321,23 +307,25 @@ class S3Store:
             if "?" in prefix or "#" in prefix:
                 raise InvalidKeyError(f"invalid S3 key prefix {prefix!r}: no '?' or '#'")
         if client is not None:
-            # remember where a given client points, so a pickled copy goes to the same place
-            meta = getattr(client, "meta", None)
-            client_endpoint = getattr(meta, "endpoint_url", None)
-            if endpoint_url is None and client_endpoint and not _is_aws_endpoint(client_endpoint):
-                endpoint_url = client_endpoint
-            if region_name is None:
-                region_name = getattr(meta, "region_name", None) if endpoint_url else None
-        self.bucket = bucket
-        self.prefix = prefix
+            endpoint_url, region_name, credentials = _from_boto3_client(client, endpoint_url, region_name,
+                                                                        credentials)
         self.endpoint_url = endpoint_url
         self.region_name = region_name
-        self._key_prefix = prefix + "/" if prefix else ""
         self._credentials = credentials
-        self._client = client
-        self._client_pid = os.getpid() if client is not None else None
-        self._lock = threading.Lock()
-        self.url = self._build_url()
+        self._client_options = dict(client_options or {})
+        unknown = sorted(set(self._client_options) - CLIENT_OPTION_KEYS)
+        if unknown:
+            raise InvalidArgumentError(f"unknown S3 client option(s) {unknown}; known: {sorted(CLIENT_OPTION_KEYS)}")
+        options: dict[str, Any] = {**self._client_options, **credentials}
+        if endpoint_url:
+            options["aws_endpoint"] = endpoint_url
+            if endpoint_url.lower().startswith("http://"):
+                options["allow_http"] = True
+        if region_name:
+            options["aws_region"] = region_name
+        self._boto3_chain = not credentials and _shared_config_names_credentials()
+        super().__init__(f"s3://{bucket}" + (f"/{prefix}" if prefix else ""), options)
+        self.url: str = self._build_url()
 
     # -- construction, URL, pickling ------------------------------------------------------
 
@@ -353,7 +341,7 @@ class S3Store:
         return url
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> S3Store:
+    def from_url(cls, url: str, storage_options: Mapping[str, Any] | None = None, **kwargs: Any) -> S3Store:
         """Open ``s3://bucket[/prefix][?endpoint_url=...&region=...]`` or minimalkv's
         ``s3://key:secret@host[:port]/bucket[/prefix][?is_secure=false...]``.
 
@@ -361,6 +349,8 @@ class S3Store:
         ----------
         url
             The S3 URL.
+        storage_options
+            As for :meth:`from_options`.
         **kwargs
             Passed on to the constructor (``client``, credentials, ...); the same setting in
             the URL and in ``kwargs`` with different values is an error.
@@ -378,6 +368,8 @@ class S3Store:
         >>> store.url, repr(store)
         ('s3://bkt-akid/p?endpoint_url=http://127.0.0.1:9000', "S3Store('s3://bkt-akid/p?endpoint_url=http://127.0.0.1:9000')")
         """
+        if storage_options is not None:
+            return cls.from_options(url, storage_options, **kwargs)
         shown = redact_url(url)
         try:
             parts = urllib.parse.urlsplit(url)
@@ -513,537 +505,66 @@ class S3Store:
             url = self.url.partition("?")[0]
             if self.region_name:
                 url += "?" + urllib.parse.urlencode({"region": self.region_name})
-            return (_rebuild, (url, {**self._credentials, "endpoint_url": self.endpoint_url}))
-        return (_rebuild, (self.url, dict(self._credentials)))
+            return (_rebuild, (url, {**self._credentials, "endpoint_url": self.endpoint_url,
+                                     **self._pickled_client_options()}))
+        return (_rebuild, (self.url, {**self._credentials, **self._pickled_client_options()}))
+
+    def _pickled_client_options(self) -> dict[str, Any]:
+        return {"client_options": dict(self._client_options)} if self._client_options else {}
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
 
-    @property
-    def client(self) -> Any:
-        """The boto3 S3 client, created on first use (once per process, thread-safe)."""
-        pid = os.getpid()
-        client = self._client
-        if client is not None and self._client_pid == pid:
-            return client
-        if self._client_pid is not None and self._client_pid != pid:
-            # forked: the parent's lock may be held by a thread that does not exist here
-            self._lock = threading.Lock()
-        with self._lock:
-            if self._client is None or self._client_pid != pid:
-                self._client = self._make_client()
-                self._client_pid = pid
-            return self._client
+    # -- what differs from ObjectStore ---------------------------------------------------------
 
-    def _make_client(self) -> Any:
+    def _credential_provider(self) -> Any:
+        """boto3's chain where the shared config files hold the credentials (see the module
+        docstring); else None: obstore's own lookup."""
+        if not self._boto3_chain:
+            return None
         try:
             import boto3
-            from botocore.config import Config
-        except ImportError as exc:  # pragma: no cover - boto3 is the s3 extra
-            raise StoreError("S3 stores need boto3: pip install 'kstore[s3]'") from exc
-        session = boto3.session.Session(region_name=self.region_name, **self._credentials)
-        config = Config(max_pool_connections=_MAX_POOL_CONNECTIONS, retries={"mode": "standard"})
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    def _full_key(self, key: str) -> str:
-        return self._key_prefix + validate_key(key)
+            from obstore.auth.boto3 import Boto3CredentialProvider
+        except ImportError as exc:
+            raise StoreError(
+                "S3 credentials from a named profile or the shared config files need boto3: "
+                "pip install boto3 (or give the credentials in storage_options or the environment)"
+            ) from exc
+        return Boto3CredentialProvider(boto3.session.Session(region_name=self.region_name))
 
     def _at(self) -> str:
         """`` at <endpoint>`` (redacted) for messages, or nothing for AWS's default endpoint."""
         return f" at {redact_url(self.endpoint_url)}" if self.endpoint_url else ""
 
-    def _scrub(self, exc: BaseException | str) -> str:
-        """The text of a botocore error without credentials (those configured, a password of
-        the endpoint, and any URL user info or signature-like parameter in it)."""
-        secrets = list(self._credentials.values()) + url_secrets(self.endpoint_url or "")
-        return redact_exception(exc, secrets) if isinstance(exc, BaseException) else redact_text(exc, secrets)
-
-    def _where(self, full_key: str) -> str:
-        return f"key {full_key!r} in bucket {self.bucket!r}{self._at()}"
-
-    def _store_error(self, action: str, full_key: str, exc: BaseException) -> StoreError:
-        return StoreError(f"S3 {action} of {self._where(full_key)} failed: {self._scrub(exc)}")
-
-    def _not_found(self, full_key: str) -> KeyNotFoundError:
-        return KeyNotFoundError(f"{self._where(full_key)} not found")
-
-    # -- the Store protocol -------------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        """The object's bytes (one ``GetObject``).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Returns
-        -------
-        bytes
-            The object's content.
-
-        Raises
-        ------
-        KeyNotFoundError
-            The object does not exist.
-        StoreError
-            Any other S3 failure (a missing bucket, denied access, ...).
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.put("a/b", b"1")            # object datasets/a/b
-            store.get("a/b")                  # b'1'
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=full_key)
-            body: bytes = response["Body"].read()
-            return body
-        except ClientError as exc:
-            if _is_not_found(exc):
-                raise self._not_found(full_key) from exc
-            raise self._store_error("get", full_key, exc) from exc
-        except BotoCoreError as exc:
-            raise self._store_error("get", full_key, exc) from exc
-
-    def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) the object (one ``PutObject``; S3 PUTs are atomic).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-        data
-            The bytes to store.
-
-        Raises
-        ------
-        StoreError
-            The request failed.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.put("a/b", b"new")
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=full_key, Body=bytes(data))
-        except (ClientError, BotoCoreError) as exc:
-            raise self._store_error("put", full_key, exc) from exc
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create the object unless it exists (``If-None-Match: *``); True if this call wrote it.
-
-        ``412 PreconditionFailed`` means the key exists: False. ``409
-        ConditionalRequestConflict`` (a concurrent write to the same key was in flight) is
-        retried a few times and then answered with False, since another writer is creating
-        the key. If botocore had retried the request (say after a timeout) and then got a
-        412, the earlier attempt may have been ours: the stored bytes are compared with
-        ``data`` to tell.
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-        data
-            The bytes to store.
-
-        Returns
-        -------
-        bool
-            True if this call created the object; False if it existed.
-
-        Raises
-        ------
-        StoreError
-            Any other S3 failure.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.put_if_absent("ds/_kstore/log/0.json", b"{}")   # True
-            store.put_if_absent("ds/_kstore/log/0.json", b"{}")   # False: it exists
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        body = bytes(data)
-        for attempt in range(_CONFLICT_RETRIES + 1):
-            try:
-                self.client.put_object(Bucket=self.bucket, Key=full_key, Body=body, IfNoneMatch="*")
-                return True
-            except ClientError as exc:
-                code, status = _error_code(exc)
-                if code in _PRECONDITION_CODES or status == 412:
-                    if _retry_attempts(exc) > 0:
-                        return self._get_or_none(full_key) == body
-                    return False
-                if code in _CONFLICT_CODES or status == 409:
-                    if attempt < _CONFLICT_RETRIES:
-                        time.sleep(0.05 * 2**attempt)
-                        continue
-                    return False
-                raise self._store_error("conditional put", full_key, exc) from exc
-            except BotoCoreError as exc:
-                raise self._store_error("conditional put", full_key, exc) from exc
-        return False  # pragma: no cover - the loop always returns
-
-    def _get_or_none(self, full_key: str) -> bytes | None:
-        try:
-            return self.get(full_key[len(self._key_prefix) :])
-        except KeyNotFoundError:
-            return None
-
-    def delete(self, key: str) -> None:
-        """Remove the object (one ``DeleteObject``); a missing key is not an error.
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Raises
-        ------
-        StoreError
-            The request failed.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.delete("a/b")
-            store.exists("a/b")               # False
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=full_key)
-        except ClientError as exc:
-            if _is_not_found(exc):
-                return
-            raise self._store_error("delete", full_key, exc) from exc
-        except BotoCoreError as exc:
-            raise self._store_error("delete", full_key, exc) from exc
-
-    def delete_many(self, keys: Iterable[str]) -> None:
-        """Remove objects with ``DeleteObjects``, :data:`DELETE_BATCH` keys a request.
-
-        Missing keys are not an error. Every batch is sent; keys S3 reports it could not
-        delete (and those of failed requests) raise one :class:`StoreError` naming them.
-
-        Parameters
-        ----------
-        keys
-            The keys, relative to the store's prefix (all validated before any request;
-            duplicates are sent once).
-
-        Raises
-        ------
-        StoreError
-            Names the keys that could not be deleted.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.delete_many(f"ds/table/part-{i}.parquet" for i in range(2500))  # 3 requests
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-
-        full_keys = list(dict.fromkeys(self._full_key(k) for k in keys))  # validate all first
-        failed: list[tuple[str, str]] = []
-        for start in range(0, len(full_keys), DELETE_BATCH):
-            batch = full_keys[start : start + DELETE_BATCH]
-            try:
-                response = self.client.delete_objects(
-                    Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                )
-            except (ClientError, BotoCoreError) as exc:
-                failed.extend((k, self._scrub(exc)) for k in batch)
-                continue
-            for error in response.get("Errors", ()):
-                if error.get("Code") in _NOT_FOUND_CODES:
-                    continue
-                failed.append((str(error.get("Key")), self._scrub(f"{error.get('Code')}: {error.get('Message')}")))
-        if failed:
-            raise failed_deletes_error(failed, f" in bucket {self.bucket!r}{self._at()}")
-
-    def exists(self, key: str) -> bool:
-        """Whether the object exists (one ``HeadObject``).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Returns
-        -------
-        bool
-            True if :meth:`get` would find it.
-
-        Raises
-        ------
-        StoreError
-            The request failed for another reason than a missing object.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            store.exists("a/b")               # True once store.put("a/b", ...) ran
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=full_key)
-            return True
-        except ClientError as exc:
-            if _is_not_found(exc):
-                return False
-            raise self._store_error("head", full_key, exc) from exc
-        except BotoCoreError as exc:
-            raise self._store_error("head", full_key, exc) from exc
-
-    def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        """Keys (relative to the store prefix) that start with ``prefix``, page by page.
-
-        ``prefix`` is a plain string prefix: ``"ds"`` matches ``ds/x`` and ``ds2/y``,
-        ``"ds/"`` only the former. "Folder" marker objects (names ending in ``/``) are
-        skipped; they are no valid keys. ``start_after`` is passed to ``ListObjectsV2`` as
-        ``StartAfter``: the listing begins after that key.
-
-        Parameters
-        ----------
-        prefix
-            A plain string prefix, relative to the store's prefix (``""``: every key).
-        start_after
-            A key relative to the store's prefix; only keys after it are listed.
-
-        Returns
-        -------
-        Iterator[str]
-            The keys, relative to the store's prefix, in S3's (lexicographic) order; the
-            pages are requested while iterating.
-
-        Raises
-        ------
-        InvalidKeyError
-            ``prefix`` has an empty, ``.`` or ``..`` component, a backslash or a NUL.
-        StoreError
-            A listing request failed.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            store = S3Store("my-bucket", "datasets")
-            list(store.iter_prefix("ds/_kstore/log/"))                 # every log entry
-            list(store.iter_prefix("ds/_kstore/log/", start_after="ds/_kstore/log/00000000000000000041.json"))
-        """
-        if not isinstance(prefix, str):
-            raise InvalidKeyError(f"invalid key prefix {prefix!r}: must be a string")
-        if prefix:
-            _check_prefix(prefix, "key prefix")
-        after = self._key_prefix + start_after if start_after is not None else None
-        return self._list(self._key_prefix + prefix, after)
-
-    def _list(self, full_prefix: str, start_after: str | None = None) -> Iterator[str]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        cut = len(self._key_prefix)
-        extra = {"StartAfter": start_after} if start_after is not None else {}
-        try:
-            paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix, **extra):
-                for obj in page.get("Contents", ()):
-                    name: str = obj["Key"]
-                    if (
-                        name.startswith(self._key_prefix)
-                        and len(name) > cut
-                        and not name.endswith("/")
-                    ):
-                        yield name[cut:]
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(
-                f"S3 listing of prefix {full_prefix!r} in bucket {self.bucket!r}{self._at()} failed: "
-                f"{self._scrub(exc)}"
-            ) from exc
-
-    def open(self, key: str, buffer_size: int = DEFAULT_BUFFER_SIZE) -> io.BufferedReader:
-        """A seekable read-only file over the object that fetches byte ranges on demand.
-
-        One ``HeadObject`` now (size and ETag; :class:`KeyNotFoundError` if missing), then a
-        Range GET per buffer refill. Range GETs carry ``If-Match: <etag>``, so an object
-        replaced while it is being read raises :class:`StoreError` instead of mixing bytes
-        of two versions.
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-        buffer_size
-            Bytes one Range GET fetches at least (:data:`DEFAULT_BUFFER_SIZE`, 1 MiB).
-
-        Returns
-        -------
-        io.BufferedReader
-            A seekable file over an :class:`S3RangeReader`; the caller closes it.
-
-        Raises
-        ------
-        KeyNotFoundError
-            The object does not exist.
-
-        Examples
-        --------
-        Needs a reachable bucket, so it is not run here (the tests under ``tests/io/`` run every
-        store method against moto's S3 server)::
-
-            import pyarrow.parquet as pq
-            store = S3Store("my-bucket", "datasets")
-            with store.open("ds/table/part-0.parquet") as fh:
-                pq.ParquetFile(fh).metadata      # reads the footer only: a few Range GETs
-        """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        full_key = self._full_key(key)
-        try:
-            head = self.client.head_object(Bucket=self.bucket, Key=full_key)
-        except ClientError as exc:
-            if _is_not_found(exc):
-                raise self._not_found(full_key) from exc
-            raise self._store_error("head", full_key, exc) from exc
-        except BotoCoreError as exc:
-            raise self._store_error("head", full_key, exc) from exc
-        raw = S3RangeReader(self, full_key, int(head["ContentLength"]), head.get("ETag"))
-        return io.BufferedReader(raw, buffer_size=buffer_size)
-
-
-class S3RangeReader(io.RawIOBase):
-    """Unbuffered, seekable, read-only view of one S3 object; each read is one Range GET.
-
-    Use it through :meth:`S3Store.open`, which adds a buffer.
-    """
-
-    def __init__(self, store: S3Store, full_key: str, size: int, etag: str | None = None) -> None:
-        super().__init__()
-        self._store = store
-        self._key = full_key
-        self._etag = etag
-        self._pos = 0
-        #: The object's size in bytes (from ``HeadObject`` at open time).
-        self.size = size
-
-    def __repr__(self) -> str:
-        return f"S3RangeReader(s3://{self._store.bucket}/{self._key}, size={self.size})"
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        self._check_open()
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._check_open()
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = self.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence!r}")
-        if pos < 0:
-            raise ValueError(f"negative seek position {pos}")
-        self._pos = pos
-        return pos
-
-    def readinto(self, buffer: Any) -> int:
-        self._check_open()
-        view = memoryview(buffer).cast("B")
-        data = self._fetch(self._pos, len(view))
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def readall(self) -> bytes:
-        """The rest of the object in one request (the default would loop in 8 KiB steps)."""
-        self._check_open()
-        data = self._fetch(self._pos, max(self.size - self._pos, 0))
-        self._pos += len(data)
-        return data
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError("I/O operation on closed file")
-
-    def _fetch(self, start: int, length: int) -> bytes:
-        if length <= 0 or start >= self.size:
-            return b""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        end = min(start + length, self.size) - 1
-        kwargs: dict[str, Any] = {
-            "Bucket": self._store.bucket,
-            "Key": self._key,
-            "Range": f"bytes={start}-{end}",
-        }
-        if self._etag:
-            kwargs["IfMatch"] = self._etag
-        try:
-            chunk: bytes = self._store.client.get_object(**kwargs)["Body"].read()
-            return chunk
-        except ClientError as exc:
-            code, status = _error_code(exc)
-            where = self._store._where(self._key)
-            if code in _PRECONDITION_CODES or status == 412:
-                raise StoreError(f"{where} changed while it was being read; open it again") from exc
-            if _is_not_found(exc):
-                raise StoreError(f"{where} was deleted while it was being read") from exc
-            raise StoreError(
-                f"S3 range read (bytes {start}-{end}) of {where} failed: {self._store._scrub(exc)}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise self._store._store_error(
-                f"range read (bytes {start}-{end})", self._key, exc
-            ) from exc
+    def _container(self) -> str:
+        return f"bucket {self.bucket!r}{self._at()}"
+
+
+def _from_boto3_client(client: Any, endpoint_url: str | None, region_name: str | None,
+                       credentials: dict[str, str]) -> tuple[str | None, str | None, dict[str, str]]:
+    """Endpoint, region and credentials of a boto3 client given as ``S3Store(client=...)``
+    (deprecated), where the arguments do not give them."""
+    warnings.warn(FutureWarning(
+        "S3Store(client=...) is deprecated: kstore's S3 requests go through obstore; its endpoint, region "
+        "and credentials are used. Pass endpoint_url, region_name and the credentials instead"), stacklevel=3)
+    meta = getattr(client, "meta", None)
+    client_endpoint = getattr(meta, "endpoint_url", None)
+    if endpoint_url is None and client_endpoint and not _is_aws_endpoint(client_endpoint):
+        endpoint_url = client_endpoint
+    if region_name is None:
+        region_name = getattr(meta, "region_name", None)
+    if not credentials:
+        signer = getattr(client, "_request_signer", None)
+        found = getattr(signer, "_credentials", None)
+        frozen = found.get_frozen_credentials() if found is not None else None
+        if frozen is not None and frozen.access_key and frozen.secret_key:
+            credentials = {"aws_access_key_id": frozen.access_key, "aws_secret_access_key": frozen.secret_key}
+            if frozen.token:
+                credentials["aws_session_token"] = frozen.token
+    return endpoint_url, region_name, credentials
 
 
 def _rebuild(url: str, kwargs: dict[str, Any]) -> S3Store:
     """Unpickle helper: :meth:`S3Store.from_url` with the explicit credentials."""
     return S3Store.from_url(url, **kwargs)
+

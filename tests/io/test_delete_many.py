@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -65,75 +64,74 @@ def test_counting_store_counts_one_batched_call() -> None:
     assert list(counting.iter_prefix("")) == []
 
 
-class _Client:
-    """A stand-in boto3 client whose DeleteObjects reports per-key errors."""
+class _Deletes:
+    """``obstore.delete`` counted (batch calls and single-key calls), failing for the keys in
+    ``fail`` as S3 reports a per-key error (the batch fails, then each key alone)."""
 
-    def __init__(self, fail: set[str]) -> None:
-        self.fail = fail
-        self.requests: list[list[str]] = []
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        import obstore
 
-    def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
-        keys = [o["Key"] for o in Delete["Objects"]]
-        self.requests.append(keys)
-        return {"Errors": [{"Key": k, "Code": "AccessDenied", "Message": "Access Denied"}
-                           for k in keys if k in self.fail]
-                + [{"Key": k, "Code": "NoSuchKey", "Message": "gone"} for k in keys if "gone" in k]}
+        self.real = obstore.delete
+        self.fail = set(fail)
+        self.batches: list[list[str]] = []
+        self.single_deletes: list[str] = []
+        monkeypatch.setattr(obstore, "delete", self)
+
+    def __call__(self, store: Any, paths: Any) -> None:
+        import obstore.exceptions
+
+        if isinstance(paths, str):
+            self.single_deletes.append(paths)
+            if paths in self.fail:
+                raise obstore.exceptions.PermissionDeniedError(f"AccessDenied: Access Denied ({paths})")
+            return self.real(store, paths)
+        self.batches.append(list(paths))
+        if self.fail & set(paths):
+            raise obstore.exceptions.GenericError("DeleteObjects: some keys failed")
+        return self.real(store, paths)
 
 
-def test_s3_per_key_errors_name_the_keys() -> None:
-    client = _Client({"pre/k7", "pre/k2500"})
-    store = S3Store("bkt", "pre", client=client)
+def test_s3_per_key_errors_name_the_keys(s3_endpoint: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = S3Store(s3_bucket, "pre", endpoint_url=s3_endpoint)
+    seen = _Deletes(monkeypatch, {"pre/k7", "pre/k2500"})
     keys = [f"k{i}" for i in range(2501)] + ["gone"]
     with pytest.raises(StoreError) as info:
         store.delete_many(keys)
     message = str(info.value)
     assert "'pre/k7'" in message and "'pre/k2500'" in message and "AccessDenied" in message
-    assert "'bkt'" in message and "gone" not in message  # a missing key is no error
-    assert [len(r) for r in client.requests] == [1000, 1000, 502]  # every batch was sent
-    client.fail.clear()
+    assert f"'{s3_bucket}'" in message and "gone" not in message  # a missing key is no error
+    assert [len(r) for r in seen.batches] == [1000, 1000, 502]  # every batch was sent
+    seen.fail.clear()
     store.delete_many(keys)
 
 
-class _S3Calls:
-    """Every S3 request the store's client makes: ``calls[operation]`` and the single-key
-    ``DeleteObject`` keys (commits delete the other format's main file that way)."""
-
-    def __init__(self, store: S3Store) -> None:
-        self.calls: Counter[str] = Counter()
-        self.single_deletes: list[str] = []
-        store.client.meta.events.register("provide-client-params.s3.*", self._seen)
-
-    def _seen(self, params: dict[str, Any], model: Any, **kwargs: Any) -> None:
-        self.calls[model.name] += 1
-        if model.name == "DeleteObject":
-            self.single_deletes.append(params["Key"])
-
-
 @pytest.mark.parametrize("n", [DELETE_BATCH + 1, 7])
-def test_s3_gc_deletes_in_batches(n: int, s3_endpoint: str, s3_bucket: str, s3_client: Any) -> None:
-    store = S3Store(s3_bucket, "data", endpoint_url=s3_endpoint)  # its own client, for counting
+def test_s3_gc_deletes_in_batches(n: int, s3_endpoint: str, s3_bucket: str, s3_client: Any,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    store = S3Store(s3_bucket, "data", endpoint_url=s3_endpoint)
     # n orphan files of a failed write, born an hour ago
     keys = [f"ds/table/p={i % 3}/k{1_700_000_000_000:011x}_{i:020x}.parquet" for i in range(n)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda k: s3_client.put_object(Bucket=s3_bucket, Key="data/" + k, Body=b"x"), keys))
-    seen = _S3Calls(store)
+    seen = _Deletes(monkeypatch)
     result = collect_garbage(store, "ds", retention=timedelta(0))
     assert sorted(result.deleted_files) == sorted(keys)
-    assert seen.calls["DeleteObjects"] == math.ceil(n / DELETE_BATCH)
+    assert len(seen.batches) == math.ceil(n / DELETE_BATCH)
     assert all(k.startswith("data/ds.by-dataset-metadata.") for k in seen.single_deletes), seen.single_deletes
     assert len(seen.single_deletes) <= 2
     assert not list(store.iter_prefix("ds/table/"))
 
 
-def test_s3_delete_dataset_deletes_in_one_batch(s3_endpoint: str, s3_bucket: str) -> None:
+def test_s3_delete_dataset_deletes_in_one_batch(s3_endpoint: str, s3_bucket: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     store = S3Store(s3_bucket, endpoint_url=s3_endpoint)
     df = pd.DataFrame({"p": list("abcdefgh"), "x": range(8)})
     kstore.store_dataset(store, "ds", df, partition_on=["p"], secondary_indices=["x"])
     files = [k for k in store.iter_prefix("ds/") if "/_kstore/" not in k]
     assert len(files) > 8
-    seen = _S3Calls(store)
+    seen = _Deletes(monkeypatch)
     assert kstore.delete_dataset(store, "ds") >= len(files)
-    assert seen.calls["DeleteObjects"] == 1
+    assert len(seen.batches) == 1
     assert not set(seen.single_deletes) & set(files), seen.single_deletes
     assert [k for k in store.iter_prefix("ds/") if "/_kstore/" not in k] == []
 

@@ -2,7 +2,7 @@
 
 While a conditional PUT of a key is still being processed, S3 answers other conditional PUTs
 of that key with ``409 ConditionalRequestConflict``, and the request in flight can be the
-writer's own first attempt (its connection dropped; botocore or kstore retried). Such an
+writer's own first attempt (its connection dropped; kstore retried). Such an
 answer, with a read-back that finds nothing yet, says nothing about who will own the
 version: a commit that takes it for a lost claim commits again at the next version when the
 first attempt lands (an append committed twice), or reports a conflict and deletes the files
@@ -11,9 +11,10 @@ of a version that is committed after all (an unreadable newest version).
 The fault proxy (tests/fault_proxy.py) in front of the moto server makes this happen at
 will: it holds the first conditional PUT of a log entry (drops the client's connection,
 forwards the request :data:`HOLD` seconds later) and answers 409 to every other conditional
-PUT of that key while it holds it. Both S3 backends run every test: the boto3 store
-(:class:`~kstore.io.s3.S3Store`, whose client retries the dropped request itself) and the
-obstore one (:class:`~kstore.io.objstore.ObjectStore`, retried by kstore).
+PUT of that key while it holds it. Both ways to open the bucket run every test:
+:class:`~kstore.io.s3.S3Store` (what ``s3://`` URLs open) and
+:class:`~kstore.io.objstore.ObjectStore` with obstore's options; since #30 both are the one
+obstore client.
 """
 
 from __future__ import annotations
@@ -28,21 +29,19 @@ import pytest
 
 import kstore
 from kstore.errors import CommitStateUnknownError, KstoreError
-from kstore.io import s3
 from kstore.io.objstore import ObjectStore
 from kstore.io.s3 import S3Store
 from tests.fault_proxy import FaultProxy, is_log_entry_path
 from tests.io.conftest import moto_obstore_options
 
-#: Seconds the proxy holds the first attempt at least. Longer than botocore's first retry
-#: backoff (at most 1 s in its "standard" mode), so that the retry meets the held request.
+#: Seconds the proxy holds the first attempt at least: longer than the store's first retry
+#: backoff, so that the retry meets the held request.
 HOLD = 2.0
 #: The hold lasts until the writer gave up on the held request by itself, however slow the
-#: machine: S3Store sent botocore's retry of the dropped request and _CONFLICT_RETRIES more
-#: after 409s (the same bytes each time), then the commit read the key back (found nothing);
-#: ObjectStore retried once (409: "exists"), read the key back, and the commit read it back.
-OWN_RETRIES = {"s3store": 1 + s3._CONFLICT_RETRIES, "obstore": 1}
-OWN_READS = {"s3store": 1, "obstore": 2}
+#: machine: the store (S3Store is an ObjectStore: one client) retried once (409: "exists"),
+#: read the key back, and the commit read it back.
+OWN_RETRIES = {"s3store": 1, "obstore": 1}
+OWN_READS = {"s3store": 2, "obstore": 2}
 
 BACKENDS = ["s3store", "obstore"]
 
@@ -54,14 +53,7 @@ def proxied_store(kind: str, proxy: FaultProxy, bucket: str, agent: str | None =
     talking to the moto server through ``proxy``; ``agent`` is added to its User-Agent."""
     assert proxy.endpoint is not None
     if kind == "s3store":
-        if agent is None:
-            return S3Store(bucket, endpoint_url=proxy.endpoint)
-        import boto3
-        from botocore.config import Config
-
-        config = Config(retries={"mode": "standard"}, user_agent_extra=agent)  # S3Store's retry mode
-        client = boto3.client("s3", endpoint_url=proxy.endpoint, region_name="us-east-1", config=config)
-        return S3Store(bucket, client=client)
+        return S3Store(bucket, endpoint_url=proxy.endpoint, client_options={"user_agent": agent} if agent else None)
     options = moto_obstore_options(proxy.endpoint)
     return ObjectStore(f"s3://{bucket}", {**options, "user_agent": agent} if agent else options)
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kstore
 from kstore.errors import InvalidArgumentError, KeyNotFoundError, StoreError, StoreNotFoundError
@@ -58,8 +60,9 @@ def test_open_store_dispatches_gs_and_azure_urls(url: str, backend: str, bucket:
         assert SECRET not in text
 
 
-def test_s3_urls_stay_on_the_boto3_store() -> None:
-    assert isinstance(open_store("s3://bkt/p", storage_options={"endpoint_url": "http://h:1"}), S3Store)
+def test_s3_urls_open_the_s3_form_of_the_one_client() -> None:
+    store = open_store("s3://bkt/p", storage_options={"endpoint_url": "http://h:1"})
+    assert isinstance(store, S3Store) and isinstance(store, ObjectStore)  # one object-store client
     assert isinstance(ObjectStore("s3://bkt", {"region": "us-east-1"}), ObjectStore)
 
 
@@ -202,3 +205,21 @@ def test_dataset_round_trip_on_azure(azurite_endpoint: str, azure_container: str
 
 def test_dataset_round_trip_on_s3_through_obstore(s3_endpoint: str, s3_bucket: str) -> None:
     _dataset_round_trip(ObjectStore(f"s3://{s3_bucket}/datasets", moto_obstore_options(s3_endpoint)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.lists(st.sampled_from(["a", "b", "a-b", "a.c", "b0"]), min_size=1, max_size=3).map("/".join),
+               max_size=12),
+       st.data())
+def test_folder_markers_are_dropped_from_listings(paths: set[str], data: st.DataObject) -> None:
+    """S3 "folder" markers (empty ``dir/`` objects, listed by object_store as ``dir``) never
+    show as keys; every real key does, empty ones included, in listing order."""
+    from kstore.io.objstore import _without_folder_markers
+
+    # keys as on a file system: none is also a folder of another
+    keys = {p for p in paths if not any(q.startswith(p + "/") for q in paths)}
+    folders = {p.rsplit("/", i)[0] for p in keys for i in range(1, p.count("/") + 1)}
+    markers = data.draw(st.sets(st.sampled_from(sorted(folders)))) if folders else set()
+    sizes = {k: data.draw(st.integers(0, 2)) for k in keys}
+    listing = sorted([(k, sizes[k]) for k in keys] + [(m, 0) for m in markers])
+    assert list(_without_folder_markers(iter(listing))) == sorted(keys)

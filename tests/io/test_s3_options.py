@@ -24,9 +24,10 @@ QSECRET = urllib.parse.quote_plus(SECRET)
 SECRETS = (KEY, SECRET, TOKEN, QSECRET)
 
 
-def _credentials(store: S3Store) -> tuple[str, str, str | None]:
-    creds = store.client._request_signer._credentials
-    return creds.access_key, creds.secret_key, creds.token
+def _credentials(store: S3Store) -> tuple[str | None, str | None, str | None]:
+    """The explicit credentials the store signs with (and pickles)."""
+    creds = store._credentials
+    return creds.get("aws_access_key_id"), creds.get("aws_secret_access_key"), creds.get("aws_session_token")
 
 
 def _assert_no_secret(text: str) -> None:
@@ -190,7 +191,7 @@ def test_bad_urls_with_credentials_do_not_show_them(url: str) -> None:
 
 
 def test_errors_and_logs_never_show_credentials(
-    s3_endpoint: str, caplog: pytest.LogCaptureFixture
+    s3_endpoint: str, s3_bucket: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     missing = f"kstore-missing-{uuid.uuid4().hex[:8]}"
     caplog.set_level(logging.DEBUG)
@@ -206,9 +207,13 @@ def test_errors_and_logs_never_show_credentials(
     with pytest.raises(StoreError) as info:
         mkv.get("k")
     _assert_no_secret(str(info.value))
-    assert caplog.records, "DEBUG logging was captured"
-    # botocore's DEBUG log shows the key id and token in request headers (its choice); the
-    # secret never reaches any log, and kstore's own loggers show none of them
+    # a write and a read with every logger at DEBUG: kstore logs its commit
+    ok = open_store(f"s3://{s3_bucket}/p", storage_options={"key": KEY, "secret": SECRET, "token": TOKEN,
+                                                            "endpoint_url": s3_endpoint})
+    kstore.store_dataset(ok, "d", pd.DataFrame({"x": [1]}))
+    assert kstore.read_table(ok, "d").num_rows == 1
+    assert any(r.name.startswith("kstore") for r in caplog.records), "DEBUG logging was captured"
+    # no log shows the secret, and kstore's own loggers show none of the credentials
     for record in caplog.records:
         message = record.getMessage()
         assert SECRET not in message and urllib.parse.quote_plus(SECRET) not in message
@@ -329,3 +334,57 @@ def test_a_password_in_the_endpoint_never_shows_and_travels_to_workers(
     for record in caplog.records:
         if record.name.startswith("kstore"):
             _assert_no_secret(record.getMessage())
+
+
+# -- where credentials come from without explicit ones (issue #30: one client, the SDKs' parity) ----
+
+
+def _no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+
+
+def test_a_named_profile_is_read_through_boto3(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                               s3_endpoint: str, s3_bucket: str) -> None:
+    """Profiles, SSO and credential_process live in the shared config files, which obstore
+    does not read: a named profile (or files holding the only credentials) goes to boto3's
+    chain, and the store signs with that profile's key."""
+    _no_aws_environment(monkeypatch, tmp_path)
+    (tmp_path / "credentials").write_text(f"[team]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n")
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    store = S3Store(s3_bucket, endpoint_url=s3_endpoint)
+    provider = store._credential_provider()
+    assert provider is not None
+    got = provider()
+    assert (got["access_key_id"], got["secret_access_key"]) == (KEY, SECRET)
+    store.put("k", b"from a profile")  # moto takes any key: the request is signed and sent
+    assert store.get("k") == b"from a profile"
+    _assert_no_secret(store.url + repr(store))
+    # the files alone (no profile named, no key in the environment): boto3's default profile
+    monkeypatch.delenv("AWS_PROFILE")
+    (tmp_path / "credentials").write_text(f"[default]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n")
+    assert S3Store(s3_bucket, endpoint_url=s3_endpoint)._credential_provider()()["access_key_id"] == KEY
+
+
+def test_environment_and_explicit_credentials_stay_with_obstore(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Any) -> None:
+    _no_aws_environment(monkeypatch, tmp_path)
+    (tmp_path / "credentials").write_text(f"[default]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n")
+    # explicit credentials: no chain at all
+    assert S3Store("bkt", aws_access_key_id="a", aws_secret_access_key="b")._credential_provider() is None
+    # a key in the environment (or a web identity token): obstore's own lookup, as the SDKs
+    # prefer the environment over the files
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    assert S3Store("bkt")._credential_provider() is None
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(tmp_path / "token"))
+    assert S3Store("bkt")._credential_provider() is None
+    # nothing anywhere: obstore's lookup (ECS, the instance metadata service)
+    monkeypatch.delenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+    (tmp_path / "credentials").unlink()
+    assert S3Store("bkt")._credential_provider() is None

@@ -59,12 +59,12 @@ def _make_store(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Sto
         return request.getfixturevalue("make_objstore")(kind.removeprefix("obstore-"))
     endpoint = request.getfixturevalue("s3_endpoint")
     bucket = request.getfixturevalue("s3_bucket")
-    client = request.getfixturevalue("s3_client")  # shared: making a client costs 0.1 s
     if kind == "s3":
-        return S3Store(bucket, endpoint_url=endpoint, client=client)
-    store = S3Store(bucket, S3_PREFIX, endpoint_url=endpoint, client=client)
+        return S3Store(bucket, endpoint_url=endpoint)
+    store = S3Store(bucket, S3_PREFIX, endpoint_url=endpoint)
+    client = request.getfixturevalue("s3_client")  # boto3, beside kstore: objects outside the prefix
     for decoy in S3_DECOYS:
-        store.client.put_object(Bucket=bucket, Key=decoy, Body=b"decoy")
+        client.put_object(Bucket=bucket, Key=decoy, Body=b"decoy")
     return store
 
 
@@ -279,9 +279,10 @@ def test_s3_prefixed_store_sees_only_its_prefix(
     store.put("x", b"2")
     assert sorted(store.iter_prefix("")) == ["a", "x"]
     assert store.exists("x") and store.get("x") == b"2"  # not the decoy "some/x"
-    listed = store.client.list_objects_v2(Bucket=store.bucket, Prefix=S3_PREFIX + "/")
+    client = request.getfixturevalue("s3_client")
+    listed = client.list_objects_v2(Bucket=store.bucket, Prefix=S3_PREFIX + "/")
     assert sorted(o["Key"] for o in listed["Contents"]) == [f"{S3_PREFIX}/a", f"{S3_PREFIX}/x"]
-    assert store.client.get_object(Bucket=store.bucket, Key="some/x")["Body"].read() == b"decoy"
+    assert client.get_object(Bucket=store.bucket, Key="some/x")["Body"].read() == b"decoy"
 
 
 # -- open / range reads --------------------------------------------------------------------
@@ -603,29 +604,27 @@ def test_s3_url_roundtrip_and_no_secrets() -> None:
     # explicit credentials travel with a pickled store (never in the URL)
     copy = pickle.loads(pickle.dumps(store))
     assert copy.url == store.url
-    credentials = copy.client._request_signer._credentials
-    assert (credentials.access_key, credentials.secret_key) == ("AKIDEXAMPLE", "s3cr3t")
+    assert copy._credentials == {"aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "s3cr3t"}
 
 
-def test_s3_given_client_is_used_and_its_endpoint_kept(s3_endpoint: str, s3_bucket: str) -> None:
+def test_s3_given_client_is_deprecated_and_its_settings_kept(s3_endpoint: str, s3_bucket: str) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
-    store = S3Store(s3_bucket, client=client)
-    assert store.client is client
-    assert store.endpoint_url == s3_endpoint
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="eu-west-1", aws_access_key_id="AKIDC",
+                          aws_secret_access_key="s3cr3t-c")
+    with pytest.warns(FutureWarning, match=r"S3Store\(client=...\) is deprecated"):
+        store = S3Store(s3_bucket, client=client)
+    assert (store.endpoint_url, store.region_name) == (s3_endpoint, "eu-west-1")
+    assert store._credentials == {"aws_access_key_id": "AKIDC", "aws_secret_access_key": "s3cr3t-c"}
     store.put("k", b"v")
     copy = pickle.loads(pickle.dumps(store))
-    assert copy.client is not client
-    assert copy.get("k") == b"v"
+    assert copy.get("k") == b"v" and "s3cr3t-c" not in repr(copy) + copy.url
 
 
-def test_s3_client_is_created_once_per_process(s3_store: S3Store) -> None:
-    store = S3Store(s3_store.bucket, endpoint_url=s3_store.endpoint_url)  # no client yet
-    assert store._client is None
-    clients = _race(8, lambda i: store.client)
+def test_s3_clients_are_made_once_per_process(s3_store: S3Store) -> None:
+    store = S3Store(s3_store.bucket, endpoint_url=s3_store.endpoint_url)
+    clients = _race(8, lambda i: store._obstores())
     assert all(c is clients[0] for c in clients)
-    assert store.client is clients[0]
     store.put("k", b"v")
     assert s3_store.get("k") == b"v"
 
@@ -647,50 +646,42 @@ def test_s3_missing_bucket_is_a_store_error(s3_endpoint: str) -> None:
 def test_s3_connection_error_is_a_store_error() -> None:
     import socket
 
-    import boto3
-    from botocore.config import Config
-
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="a",
-        aws_secret_access_key="b",
-        config=Config(retries={"max_attempts": 1}, connect_timeout=2),
-    )
-    store = S3Store("bkt", client=client)
+    store = S3Store("bkt", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="a",
+                    aws_secret_access_key="b")
     with pytest.raises(StoreError, match="'bkt'"):
         store.get("some/key")
 
 
-def test_s3_open_uses_range_requests(s3_store: S3Store) -> None:
+def test_s3_open_uses_range_requests(s3_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     table = pa.table({f"col{i}": rng.random(150_000) for i in range(8)})  # 8 x 1.2 MB
     data = parquet_bytes(table, compression="none")  # random doubles: incompressible anyway
     assert len(data) > 9_000_000
     s3_store.put("big.parquet", data)
 
-    # a store with a client of its own, to count exactly its requests
+    # every ranged GET of the reader, counted
+    import obstore
+
     store = S3Store(s3_store.bucket, endpoint_url=s3_store.endpoint_url)
-    ranges: list[str | None] = []
+    ranges: list[tuple[int, int] | None] = []
     transferred: list[int] = []
+    real_get = obstore.get
 
-    def before(params: dict[str, Any], **_: Any) -> None:
-        ranges.append(params.get("Range"))
+    def counting_get(st: Any, key: str, options: Any = None) -> Any:
+        result = real_get(st, key, options=options)
+        ranges.append((options or {}).get("range"))
+        data = result.bytes()
+        transferred.append(len(data))
+        return types.SimpleNamespace(bytes=lambda: data)
 
-    def after(parsed: dict[str, Any], **_: Any) -> None:
-        transferred.append(int(parsed.get("ContentLength", 0)))
-
-    store.client.meta.events.register("before-parameter-build.s3.GetObject", before)
-    store.client.meta.events.register("after-call.s3.GetObject", after)
-
+    monkeypatch.setattr(obstore, "get", counting_get)
     with store.open("big.parquet") as fh:
         column = pq.read_table(fh, columns=["col3"]).column("col3")
     assert column.equals(table.column("col3"))
-    assert ranges and all(r is not None and r.startswith("bytes=") for r in ranges), ranges
+    assert ranges and all(r is not None for r in ranges), ranges
     assert len(ranges) == len(transferred)
     # one column of eight, the footer and at most one buffer of read-ahead
     assert sum(transferred) < len(data) / 8 + 1.5 * s3_module.DEFAULT_BUFFER_SIZE, transferred
@@ -726,105 +717,77 @@ def test_s3_open_detects_replaced_object(s3_store: S3Store) -> None:
             fh.read(4)
 
 
-def test_s3_iter_prefix_skips_folder_markers(s3_store: S3Store) -> None:
-    s3_store.client.put_object(Bucket=s3_store.bucket, Key="ds/", Body=b"")
+def test_s3_iter_prefix_skips_folder_markers(s3_store: S3Store, s3_client: Any) -> None:
+    s3_client.put_object(Bucket=s3_store.bucket, Key="ds/", Body=b"")
     s3_store.put("ds/x", b"1")
     assert list(s3_store.iter_prefix("")) == ["ds/x"]
 
 
-def _stubbed_store(prefix: str = "") -> tuple[S3Store, Any]:
-    import boto3
-    from botocore.stub import Stubber
-
-    client = boto3.client(
-        "s3", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b"
-    )
-    return S3Store("bkt", prefix, client=client), Stubber(client)
-
-
-def test_s3_iter_prefix_follows_pages() -> None:
-    store, stubber = _stubbed_store("pre")
-    with stubber:
-        stubber.add_response(
-            "list_objects_v2",
-            {
-                "Contents": [{"Key": "pre/ds/a"}, {"Key": "pre/ds/b"}],
-                "IsTruncated": True,
-                "NextContinuationToken": "page-2",
-            },
-            {"Bucket": "bkt", "Prefix": "pre/ds/"},
-        )
-        stubber.add_response(
-            "list_objects_v2",
-            {"Contents": [{"Key": "pre/ds/c"}], "IsTruncated": False},
-            {"Bucket": "bkt", "Prefix": "pre/ds/", "ContinuationToken": "page-2"},
-        )
-        assert list(store.iter_prefix("ds/")) == ["ds/a", "ds/b", "ds/c"]
-        stubber.assert_no_pending_responses()
+def test_s3_iter_prefix_follows_pages(s3_store: S3Store, s3_client: Any) -> None:
+    """More keys than one listing page holds (1,000 on S3 and moto): every page is read."""
+    keys = [f"ds/{i:05d}" for i in range(1_005)]
+    for key in keys:  # boto3, beside kstore: one request per key
+        s3_client.put_object(Bucket=s3_store.bucket, Key=key, Body=b"")
+    assert list(s3_store.iter_prefix("ds/")) == keys
+    assert list(s3_store.iter_prefix("ds/", start_after="ds/01000")) == keys[1_001:]
 
 
-def test_s3_put_if_absent_after_retry_checks_who_wrote() -> None:
-    from botocore.response import StreamingBody
+class _FlakyPut:
+    """``obstore.put`` that fails (as a dropped connection) the first ``fail`` times, after
+    letting ``land`` of those requests reach the service."""
 
-    store, stubber = _stubbed_store()
+    def __init__(self, real: Callable[..., Any], fail: int, land: int) -> None:
+        self.real, self.fail, self.land, self.calls = real, fail, land, 0
 
-    def body(data: bytes) -> dict[str, Any]:
-        return {"Body": StreamingBody(io.BytesIO(data), len(data))}
+    def __call__(self, st: Any, key: str, data: Any, **kw: Any) -> Any:
+        import obstore.exceptions
 
-    with stubber:
-        # botocore retried (say after a timeout): the 412 may answer our own first attempt
-        for stored in (b"mine", b"theirs"):
-            stubber.add_client_error(
-                "put_object",
-                "PreconditionFailed",
-                http_status_code=412,
-                response_meta={"RetryAttempts": 1},
-            )
-            stubber.add_response("get_object", body(stored), {"Bucket": "bkt", "Key": "k"})
-        # no retry: a 412 is somebody else's key, nothing is read
-        stubber.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
-        assert store.put_if_absent("k", b"mine") is True
-        assert store.put_if_absent("k", b"mine") is False
-        assert store.put_if_absent("k", b"mine") is False
-        stubber.assert_no_pending_responses()
+        self.calls += 1
+        if self.calls <= self.fail:
+            if self.calls <= self.land:
+                self.real(st, key, data, **kw)
+            raise obstore.exceptions.GenericError("connection reset while reading the response")
+        return self.real(st, key, data, **kw)
 
 
-def test_s3_put_if_absent_conflict_409(monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr(s3_module, "time", types.SimpleNamespace(sleep=sleeps.append))
-    store, stubber = _stubbed_store()
-    with stubber:
-        for _ in range(2):
-            stubber.add_client_error(
-                "put_object", "ConditionalRequestConflict", http_status_code=409
-            )
-        stubber.add_response("put_object", {})
-        assert store.put_if_absent("k", b"v") is True
-        for _ in range(s3_module._CONFLICT_RETRIES + 1):
-            stubber.add_client_error(
-                "put_object", "ConditionalRequestConflict", http_status_code=409
-            )
-        assert store.put_if_absent("k", b"v") is False
-        stubber.add_client_error("put_object", "InternalError", http_status_code=500)
-        with pytest.raises(StoreError, match="'k' in bucket 'bkt'"):
-            store.put_if_absent("k", b"v")
-        stubber.assert_no_pending_responses()
-    assert len(sleeps) == 2 + s3_module._CONFLICT_RETRIES
+def test_s3_put_if_absent_after_a_lost_answer_checks_who_wrote(s3_store: S3Store,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import obstore
+
+    real = obstore.put
+    # the first attempt reached S3 and its answer was lost: the retry finds our own bytes
+    monkeypatch.setattr(obstore, "put", _FlakyPut(real, fail=1, land=1))
+    assert s3_store.put_if_absent("mine", b"mine") is True
+    # another writer's bytes under the key: not ours
+    s3_store.put("theirs", b"theirs")
+    monkeypatch.setattr(obstore, "put", _FlakyPut(real, fail=1, land=0))
+    assert s3_store.put_if_absent("theirs", b"mine") is False
+    # no failure: an existing key is somebody else's
+    monkeypatch.setattr(obstore, "put", real)
+    assert s3_store.put_if_absent("theirs", b"theirs") is False
+    # every attempt fails: a StoreError naming the key and bucket, never "not created"
+    monkeypatch.setattr(obstore, "put", _FlakyPut(real, fail=99, land=0))
+    with pytest.raises(StoreError, match=f"'never' in bucket '{s3_store.bucket}'"):
+        s3_store.put_if_absent("never", b"x")
+    monkeypatch.setattr(obstore, "put", real)
+    assert not s3_store.exists("never")
 
 
-def test_s3_server_errors_name_bucket_and_key() -> None:
-    store, stubber = _stubbed_store()
-    with stubber:
-        stubber.add_client_error("get_object", "AccessDenied", http_status_code=403)
-        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'") as info:
-            store.get("a/b")
-        assert not isinstance(info.value, KeyNotFoundError)
-        stubber.add_client_error("head_object", "403", http_status_code=403)
-        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'"):
-            store.exists("a/b")
-        stubber.add_client_error("delete_object", "AccessDenied", http_status_code=403)
-        with pytest.raises(StoreError, match="'a/b' in bucket 'bkt'"):
-            store.delete("a/b")
+@pytest.mark.parametrize("method", ["get", "head", "delete"])
+def test_s3_server_errors_name_bucket_and_key(s3_store: S3Store, monkeypatch: pytest.MonkeyPatch,
+                                              method: str) -> None:
+    import obstore
+    import obstore.exceptions
+
+    def denied(*args: Any, **kwargs: Any) -> Any:
+        raise obstore.exceptions.PermissionDeniedError("403 AccessDenied: secret-in-message")
+
+    monkeypatch.setattr(obstore, method, denied)
+    call = {"get": lambda: s3_store.get("a/b"), "head": lambda: s3_store.exists("a/b"),
+            "delete": lambda: s3_store.delete("a/b")}[method]
+    with pytest.raises(StoreError, match=f"'a/b' in bucket '{s3_store.bucket}'") as info:
+        call()
+    assert not isinstance(info.value, KeyNotFoundError)
 
 
 # -- read paths never create anything; links and odd file URLs (issue #11) ----------------------
