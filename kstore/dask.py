@@ -33,7 +33,7 @@ import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast, overload
 
 import dask
 import dask.dataframe as dd
@@ -44,6 +44,9 @@ from dask.base import compute as dask_compute
 from dask.dataframe.utils import clear_known_categories, pyarrow_strings_enabled
 from dask.delayed import Delayed, delayed
 from dask.utils import parse_bytes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -414,52 +417,37 @@ class _CommitWritten:
         return finish_write(job, files, schema)
 
 
-@overload
-def store_dataset(
-    store: StoreLike | dd.DataFrame,
-    dataset_uuid: Any,
-    data: Any,
-    *,
-    partition_on: str | Sequence[str] | None = None,
-    secondary_indices: str | Sequence[str] | None = None,
-    shuffle: bool = False,
-    bucket_by: str | Sequence[str] | None = None,
-    num_buckets: int | None = None,
-    mode: WriteMode = "error",
-    schema_mode: Literal["strict", "merge"] = "strict",
-    metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat | None = None,
-    table_name: str = naming.DEFAULT_TABLE,
-    txn: tuple[str, int] | None = None,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    commit_options: CommitOptions | Mapping[str, Any] | None = None,
-    compute: Literal[True] = ...,
-) -> DatasetMetadata: ...
+class _WriteKeywords(TypedDict, total=False):
+    """The keywords :func:`store_dataset` and :func:`update_dataset` share (typing only:
+    their overloads say what ``compute`` returns)."""
+
+    partition_on: str | Sequence[str] | None
+    secondary_indices: str | Sequence[str] | None
+    shuffle: bool
+    bucket_by: str | Sequence[str] | None
+    num_buckets: int | None
+    schema_mode: Literal["strict", "merge"]
+    metadata: Mapping[str, Any] | None
+    txn: tuple[str, int] | None
+    write_options: WriteOptions | Mapping[str, Any] | None
+    sort_by: str | Sequence[str] | None
+    commit_options: CommitOptions | Mapping[str, Any] | None
+
+
+class _StoreKeywords(_WriteKeywords, total=False):
+    mode: WriteMode
+    metadata_format: MetadataFormat | None
+    table_name: str
 
 
 @overload
-def store_dataset(
-    store: StoreLike | dd.DataFrame,
-    dataset_uuid: Any,
-    data: Any,
-    *,
-    partition_on: str | Sequence[str] | None = None,
-    secondary_indices: str | Sequence[str] | None = None,
-    shuffle: bool = False,
-    bucket_by: str | Sequence[str] | None = None,
-    num_buckets: int | None = None,
-    mode: WriteMode = "error",
-    schema_mode: Literal["strict", "merge"] = "strict",
-    metadata: Mapping[str, Any] | None = None,
-    metadata_format: MetadataFormat | None = None,
-    table_name: str = naming.DEFAULT_TABLE,
-    txn: tuple[str, int] | None = None,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    commit_options: CommitOptions | Mapping[str, Any] | None = None,
-    compute: Literal[False],
-) -> Delayed: ...
+def store_dataset(store: StoreLike | dd.DataFrame, dataset_uuid: Any, data: Any, *,
+                  compute: Literal[True] = ..., **kwargs: Unpack[_StoreKeywords]) -> DatasetMetadata: ...
+
+
+@overload
+def store_dataset(store: StoreLike | dd.DataFrame, dataset_uuid: Any, data: Any, *,
+                  compute: Literal[False], **kwargs: Unpack[_StoreKeywords]) -> Delayed: ...
 
 
 def store_dataset(
@@ -553,50 +541,19 @@ def store_dataset(
                   write_options=write_options, sort_by=sort_by, commit_options=commit_options, compute=compute)
 
 
-@overload
-def update_dataset(
-    store: StoreLike | dd.DataFrame,
-    dataset_uuid: Any,
-    data: Any,
-    *,
-    partition_on: str | Sequence[str] | None = None,
-    secondary_indices: str | Sequence[str] | None = None,
-    shuffle: bool = False,
-    bucket_by: str | Sequence[str] | None = None,
-    num_buckets: int | None = None,
-    mode: Literal["append", "overwrite_partitions"] = "append",
-    delete_scope: Sequence[Mapping[str, Any]] | None = None,
-    schema_mode: Literal["strict", "merge"] = "strict",
-    metadata: Mapping[str, Any] | None = None,
-    txn: tuple[str, int] | None = None,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    commit_options: CommitOptions | Mapping[str, Any] | None = None,
-    compute: Literal[True] = ...,
-) -> DatasetMetadata: ...
+class _UpdateKeywords(_WriteKeywords, total=False):
+    mode: Literal["append", "overwrite_partitions"]
+    delete_scope: Sequence[Mapping[str, Any]] | None
 
 
 @overload
-def update_dataset(
-    store: StoreLike | dd.DataFrame,
-    dataset_uuid: Any,
-    data: Any,
-    *,
-    partition_on: str | Sequence[str] | None = None,
-    secondary_indices: str | Sequence[str] | None = None,
-    shuffle: bool = False,
-    bucket_by: str | Sequence[str] | None = None,
-    num_buckets: int | None = None,
-    mode: Literal["append", "overwrite_partitions"] = "append",
-    delete_scope: Sequence[Mapping[str, Any]] | None = None,
-    schema_mode: Literal["strict", "merge"] = "strict",
-    metadata: Mapping[str, Any] | None = None,
-    txn: tuple[str, int] | None = None,
-    write_options: WriteOptions | Mapping[str, Any] | None = None,
-    sort_by: str | Sequence[str] | None = None,
-    commit_options: CommitOptions | Mapping[str, Any] | None = None,
-    compute: Literal[False],
-) -> Delayed: ...
+def update_dataset(store: StoreLike | dd.DataFrame, dataset_uuid: Any, data: Any, *,
+                   compute: Literal[True] = ..., **kwargs: Unpack[_UpdateKeywords]) -> DatasetMetadata: ...
+
+
+@overload
+def update_dataset(store: StoreLike | dd.DataFrame, dataset_uuid: Any, data: Any, *,
+                   compute: Literal[False], **kwargs: Unpack[_UpdateKeywords]) -> Delayed: ...
 
 
 def update_dataset(
@@ -689,7 +646,7 @@ def compact(
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     min_files: int = 2,
     partitions: Sequence[Mapping[str, Any]] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
     dry_run: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,

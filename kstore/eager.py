@@ -17,10 +17,13 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypedDict, TypeVar, overload
 
 import pandas as pd
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
@@ -510,55 +513,34 @@ def _plan_and_read(st: Store, dataset_uuid: str, predicates: Predicates, columns
 _READ_ATTEMPTS = 5
 
 
-@overload
-def read_dataset(
-    store: StoreLike,
-    dataset_uuid: str,
-    columns: Sequence[str] | None = None,
-    predicates: Predicates = None,
-    *,
-    filters: Predicates = None,
-    as_arrow: Literal[False] = False,
-    categoricals: Sequence[str] | None = None,
-    dates_as_object: bool = False,
-    version: int | None = None,
-    as_of: AsOf = None,
-    table: str | None = None,
-) -> pd.DataFrame: ...
+class _ReadKeywords(TypedDict, total=False):
+    """The keywords of :func:`read_dataset` other than ``as_arrow`` (typing only: its
+    overloads say what ``as_arrow`` returns)."""
+
+    filters: Predicates
+    categoricals: Sequence[str] | None
+    dates_as_object: bool
+    version: int | None
+    as_of: AsOf
+    table: str | None
 
 
 @overload
-def read_dataset(
-    store: StoreLike,
-    dataset_uuid: str,
-    columns: Sequence[str] | None = None,
-    predicates: Predicates = None,
-    *,
-    filters: Predicates = None,
-    as_arrow: Literal[True],
-    categoricals: Sequence[str] | None = None,
-    dates_as_object: bool = False,
-    version: int | None = None,
-    as_of: AsOf = None,
-    table: str | None = None,
-) -> pa.Table: ...
+def read_dataset(store: StoreLike, dataset_uuid: str, columns: Sequence[str] | None = None,
+                 predicates: Predicates = None, *, as_arrow: Literal[False] = False,
+                 **kwargs: Unpack[_ReadKeywords]) -> pd.DataFrame: ...
 
 
 @overload
-def read_dataset(
-    store: StoreLike,
-    dataset_uuid: str,
-    columns: Sequence[str] | None = None,
-    predicates: Predicates = None,
-    *,
-    filters: Predicates = None,
-    as_arrow: bool,
-    categoricals: Sequence[str] | None = None,
-    dates_as_object: bool = False,
-    version: int | None = None,
-    as_of: AsOf = None,
-    table: str | None = None,
-) -> pd.DataFrame | pa.Table: ...
+def read_dataset(store: StoreLike, dataset_uuid: str, columns: Sequence[str] | None = None,
+                 predicates: Predicates = None, *, as_arrow: Literal[True],
+                 **kwargs: Unpack[_ReadKeywords]) -> pa.Table: ...
+
+
+@overload
+def read_dataset(store: StoreLike, dataset_uuid: str, columns: Sequence[str] | None = None,
+                 predicates: Predicates = None, *, as_arrow: bool,
+                 **kwargs: Unpack[_ReadKeywords]) -> pd.DataFrame | pa.Table: ...
 
 
 def read_dataset(

@@ -13,7 +13,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -41,6 +41,7 @@ from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Create, Upgrade
 from kstore.core.predicates import Predicates
+from kstore.core.writer_options import WriteOptions
 from kstore.errors import DatasetExistsError, InvalidArgumentError
 from kstore.io.progress import ProgressLike, bar, check_progress, is_data_file, tracked
 from kstore.io.store import StoreLike, open_store
@@ -184,10 +185,10 @@ def compact(
     *,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     min_files: int = 2,
-    partitions: Sequence[Any] | None = None,
-    predicates: Any = None,
+    partitions: Sequence[Mapping[str, Any]] | None = None,
+    predicates: Predicates = None,
     dry_run: bool = False,
-    write_options: Any = None,
+    write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
     txn: tuple[str, int] | None = None,
     max_workers: int | None = None,

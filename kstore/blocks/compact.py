@@ -50,7 +50,7 @@ from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Compaction, txn_committed
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import columns_of, parse
+from kstore.core.predicates import Predicates, columns_of, parse
 from kstore.core.writer_options import WriteOptions
 from kstore.errors import InvalidArgumentError
 from kstore.io.store import Store
@@ -165,7 +165,7 @@ class CompactionRequest:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     min_files: int = 2
     scopes: tuple[Mapping[str, Any], ...] | None = None
-    predicates: Any = None
+    predicates: Predicates = None
     options: WriteOptions = WriteOptions()
     txn: tuple[str, int] | None = None
     dry_run: bool = False

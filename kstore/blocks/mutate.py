@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +50,7 @@ from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, txn_committed
 from kstore.core.planning import plan_read
-from kstore.core.predicates import bind, parse, to_expression
+from kstore.core.predicates import Predicates, bind, parse, to_expression
 from kstore.core.types import read_schema
 from kstore.errors import (
     ColumnNotFoundError,
@@ -155,7 +154,7 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
-def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: DatasetMetadata | None = None,
+def delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, *, base: DatasetMetadata | None = None,
                 options: CommitOptions | None = None) -> DatasetMetadata:
     """Delete the rows of ``base`` matching ``predicates`` (copy-on-write); one commit.
 
@@ -177,7 +176,7 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Any, *, base: Datas
                                          origin=first), what="delete_rows")
 
 
-def _delete_rows(store: Store, dataset_uuid: str, predicates: Any, base: DatasetMetadata,
+def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: DatasetMetadata,
                  options: CommitOptions, *, origin: DatasetMetadata | None = None) -> DatasetMetadata:
     if _committed_before(base, options):
         return base  # committed before: nothing to rewrite

@@ -43,7 +43,7 @@ from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import ReadPlan
 from kstore.core.planning import plan_read as _plan
-from kstore.core.predicates import columns_of, parse
+from kstore.core.predicates import Predicates, columns_of, parse
 from kstore.errors import CorruptMetadataError, InvalidArgumentError, KeyNotFoundError, VersionNotFoundError
 from kstore.io.store import CountingStore, Store
 
@@ -238,7 +238,7 @@ class Snapshot:
 
     # -- planning --------------------------------------------------------------------------
 
-    def plan(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
+    def plan(self, columns: Sequence[str] | None = None, predicates: Predicates = None, *, filters: Predicates = None,
              table: str | None = None, stats: bool = False) -> ReadPlan:
         """The files that can hold rows matching ``predicates`` (DNF), with store calls counted.
 
@@ -278,7 +278,7 @@ class Snapshot:
         """
         return self.plan_with_stats(columns, predicates_or_filters(predicates, filters), table=table, stats=stats)[0]
 
-    def plan_with_stats(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
+    def plan_with_stats(self, columns: Sequence[str] | None = None, predicates: Predicates = None, *, filters: Predicates = None,
                         table: str | None = None, stats: bool = False) -> tuple[ReadPlan, pa.Table | None]:
         """:meth:`plan`, and the per-file statistics when the plan needed them or ``stats=True``.
 
@@ -333,7 +333,7 @@ class Snapshot:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def read_table(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
+    def read_table(self, columns: Sequence[str] | None = None, predicates: Predicates = None, *, filters: Predicates = None,
                    table: str | None = None) -> pa.Table:
         """The matching rows of this version as an Arrow table (exact: files are pruned by
         the plan, rows filtered by the predicate). A file of this version that garbage
@@ -367,7 +367,7 @@ class Snapshot:
                 raise_if_expired(self.store, self.dataset_uuid, self.version, exc)
             raise
 
-    def read(self, columns: Sequence[str] | None = None, predicates: Any = None, *, filters: Any = None,
+    def read(self, columns: Sequence[str] | None = None, predicates: Predicates = None, *, filters: Predicates = None,
              table: str | None = None, categoricals: Sequence[str] | None = None,
              dates_as_object: bool = False) -> Any:
         """:meth:`read_table` as a pandas DataFrame (the dtypes :func:`kstore.read_dataset` gives).
@@ -401,7 +401,7 @@ class Snapshot:
 
     # -- other engines ---------------------------------------------------------------------
 
-    def to_pyarrow_dataset(self, predicates: Any = None, *, filters: Any = None,
+    def to_pyarrow_dataset(self, predicates: Predicates = None, *, filters: Predicates = None,
                            table: str | None = None) -> ds.Dataset:
         """This version as a ``pyarrow.dataset.Dataset``: exactly its files, nothing else.
 
@@ -503,7 +503,7 @@ class Snapshot:
         con.register(table_name, self.to_pyarrow_dataset(predicates_or_filters(predicates, filters), table=table))
         return con
 
-    def to_polars(self, predicates: Any = None, *, filters: Any = None, table: str | None = None) -> Any:
+    def to_polars(self, predicates: Predicates = None, *, filters: Predicates = None, table: str | None = None) -> Any:
         """This version as a Polars ``LazyFrame`` over :meth:`to_pyarrow_dataset`.
 
         Polars evaluates its own filters after the scan (``allow_pyarrow_filter=False``):

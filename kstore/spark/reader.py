@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.types as pat
@@ -27,7 +27,7 @@ import pyarrow.types as pat
 from kstore.blocks.read import read_task
 from kstore.blocks.snapshot import open_snapshot
 from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
-from kstore.core.predicates import DNF, Term, bind, parse
+from kstore.core.predicates import DNF, Predicates, Term, bind, parse
 from kstore.errors import InvalidArgumentError, KstoreError
 from kstore.io.store import Store, StoreLike, open_store
 from kstore.spark.types import schema_hint, spark_schema, to_spark_batches
@@ -367,7 +367,8 @@ def plan(source: ReadSource, pushed: Sequence[Term] = ()) -> tuple[ReadPlan, pa.
     """
     snap = open_snapshot(source.store(), source.dataset_uuid, version=source.version)
     dnf = _combine(source.predicates, pushed)
-    return snap.plan_with_stats(source.columns, dnf, table=source.table, stats=True)
+    # parsed terms are (column, op, value) triples: the planner takes them as given
+    return snap.plan_with_stats(source.columns, cast(Predicates, dnf), table=source.table, stats=True)
 
 
 def group_tasks(tasks: Sequence[ReadTask], sizes: Mapping[str, int], partition_bytes: int,

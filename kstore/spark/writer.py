@@ -54,6 +54,7 @@ from kstore.core.arguments import DataKind, store_uuid_data
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
+from kstore.core.predicates import Predicates
 from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     DatasetNotFoundError,
@@ -697,7 +698,7 @@ def compact(
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     min_files: int = 2,
     partitions: Sequence[Mapping[str, Any]] | None = None,
-    predicates: Any = None,
+    predicates: Predicates = None,
     dry_run: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,

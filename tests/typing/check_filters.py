@@ -15,9 +15,11 @@ import pyarrow as pa
 import kstore
 import kstore.dask
 import kstore.spark
-from kstore import Predicates, StoreLike
+from kstore import DatasetMetadata, Predicates, StoreLike
 
 if TYPE_CHECKING:
+    import dask.dataframe as dd
+    from dask.delayed import Delayed
     from pyspark.sql import DataFrame, SparkSession
 
 flat: Predicates = [("p", "in", [1, 2]), ("x", "==", 7)]
@@ -38,3 +40,12 @@ def reads(store: StoreLike) -> None:
 
 def spark_read(spark: SparkSession, store: StoreLike) -> DataFrame:
     return kstore.spark.read_dataset(store, "d", columns=["x"], filters=flat, spark=spark)
+
+
+def dask_writes(store: StoreLike, ddf: dd.DataFrame) -> None:
+    """The engines' write overloads: ``compute`` says whether a Delayed or the metadata comes back."""
+    meta: DatasetMetadata = kstore.dask.store_dataset(store, "d", ddf, partition_on="p", shuffle=True)
+    later: Delayed = kstore.dask.store_dataset(store, "d", ddf, mode="overwrite", compute=False)
+    more: DatasetMetadata = kstore.dask.update_dataset(store, "d", ddf, delete_scope=[{"p": 1}])
+    queued: Delayed = kstore.dask.update_dataset(store, "d", ddf, mode="overwrite_partitions", compute=False)
+    print(meta, later, more, queued)
