@@ -58,16 +58,24 @@ class KVStore:
     def __repr__(self) -> str:  # the wrapped store's repr may show a URL with credentials
         return f"KVStore({redact_text(repr(self.kv))})"
 
+    def _missing(self, key: str) -> KeyNotFoundError:
+        return KeyNotFoundError(f"key {key!r} not found in {redact_text(repr(self.kv))}")
+
     def get(self, key: str) -> bytes:
+        """The wrapped store's ``get``; its ``KeyError`` becomes :class:`~kstore.errors.KeyNotFoundError`. See
+        :meth:`kstore.io.store.Store.get`."""
         try:
             return bytes(self.kv.get(validate_key(key)))
         except KeyError as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {redact_text(repr(self.kv))}") from exc
+            raise self._missing(key) from exc
 
     def put(self, key: str, data: bytes) -> None:
+        """The wrapped store's ``put`` (of a ``bytes`` copy). See :meth:`kstore.io.store.Store.put`."""
         self.kv.put(validate_key(key), bytes(data))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Check, then put, under a lock: atomic within this process only (:attr:`atomic_create` is False). See
+        :meth:`kstore.io.store.Store.put_if_absent`."""
         with self._lock:  # atomic within this process only (see module docstring)
             if self.exists(key):
                 return False
@@ -75,25 +83,32 @@ class KVStore:
             return True
 
     def delete(self, key: str) -> None:
+        """The wrapped store's ``delete``; its ``KeyError`` (a missing key) is ignored. See
+        :meth:`kstore.io.store.Store.delete`."""
         try:
             self.kv.delete(validate_key(key))
         except KeyError:
             pass
 
     def exists(self, key: str) -> bool:
+        """``key in`` the wrapped store. See :meth:`kstore.io.store.Store.exists`."""
         return validate_key(key) in self.kv
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """The wrapped store's ``iter_keys(prefix=...)``, filtered by ``start_after``. See
+        :meth:`kstore.io.store.Store.iter_prefix`."""
         keys = self.kv.iter_keys(prefix=prefix)
         if start_after is None:
             return iter(keys)
         return (k for k in keys if k > start_after)
 
     def open(self, key: str) -> BinaryIO:
+        """The wrapped store's file where it is seekable, else its bytes read into an :class:`io.BytesIO`. See
+        :meth:`kstore.io.store.Store.open`."""
         try:
             fh = self.kv.open(validate_key(key))
         except KeyError as exc:
-            raise KeyNotFoundError(f"key {key!r} not found in {redact_text(repr(self.kv))}") from exc
+            raise self._missing(key) from exc
         if hasattr(fh, "seekable") and fh.seekable():
             return cast(BinaryIO, fh)
         data = fh.read()

@@ -107,7 +107,7 @@ class LocalStore:
         Parameters
         ----------
         key
-            The key.
+            The key (its file need not exist).
 
         Returns
         -------
@@ -146,11 +146,11 @@ class LocalStore:
         Raises
         ------
         StoreError
-            A key is, or lies below, a symbolic link.
+            As :meth:`file_path` raises it: for the first key that is, or lies below, a symbolic link.
 
         Examples
         --------
-        >>> import os, tempfile
+        >>> import tempfile
         >>> store = LocalStore(tempfile.mkdtemp())
         >>> store.file_paths(["a/1.parquet", "a/2.parquet"]) == [store.file_path("a/1.parquet"), store.file_path("a/2.parquet")]
         True
@@ -187,7 +187,7 @@ class LocalStore:
         Parameters
         ----------
         key
-            The key.
+            The key of the file to open.
 
         Returns
         -------
@@ -254,33 +254,9 @@ class LocalStore:
         return tmp
 
     def get(self, key: str) -> bytes:
-        """The bytes of the key's file.
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        bytes
-            The file's content.
-
-        Raises
-        ------
-        KeyNotFoundError
-            No such file (also when the root does not exist, or the name is too long for
-            the file system).
-        StoreError
-            The key is, or lies below, a symbolic link.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put("a/b", b"1"); store.get("a/b")
-        b'1'
-        """
+        """The bytes of the key's file. No file there (also a missing root, a directory, or a name too long for
+        the file system) is a missing key; a key that is, or lies below, a symbolic link raises
+        :class:`~kstore.errors.StoreError`. See :meth:`kstore.io.store.Store.get`."""
         with self._open(key) as fh:
             return fh.read()
 
@@ -333,31 +309,10 @@ class LocalStore:
                 raise StoreError(f"cannot store {what!r}: {here!r} is a file") from exc
 
     def put(self, key: str, data: bytes) -> None:
-        """Write the key's file atomically: a temporary file renamed into place (creating
-        the root and directories as needed), so readers see the old bytes or the new.
-
-        Parameters
-        ----------
-        key
-            The key.
-        data
-            The bytes to store.
-
-        Raises
-        ------
-        LimitExceededError
-            The key is too long for the file system.
-        StoreError
-            The key is, or lies below, a symbolic link, or a directory on its way is a file.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put("a/b", b"old"); store.put("a/b", b"new")
-        >>> store.get("a/b"), os.path.isfile(os.path.join(store.root, "a", "b"))
-        (b'new', True)
-        """
+        """Atomic by a temporary file (below the root's ``.kstore-tmp``) renamed into place; creates the root and
+        the directories on the way. A key too long for the file system raises
+        :class:`~kstore.errors.LimitExceededError`; a symbolic link, or a file where a directory should be,
+        :class:`~kstore.errors.StoreError`. See :meth:`kstore.io.store.Store.put`."""
         path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
@@ -373,34 +328,9 @@ class LocalStore:
             raise
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create the key's file unless it exists, atomically across processes: the
-        finished temporary file is hard-linked to the key, which fails if the key exists
-        (on file systems without hard links: an exclusive create).
-
-        Parameters
-        ----------
-        key
-            The key.
-        data
-            The bytes to store.
-
-        Returns
-        -------
-        bool
-            True if this call created the file; False (nothing written) if it existed.
-
-        Raises
-        ------
-        LimitExceededError
-            The key is too long for the file system.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put_if_absent("k", b"1"), store.put_if_absent("k", b"2"), store.get("k")
-        (True, False, b'1')
-        """
+        """Atomic across processes: the finished temporary file is hard-linked to the key, which fails if the key
+        exists (on file systems without hard links: an exclusive create). A key too long for the file system
+        raises :class:`~kstore.errors.LimitExceededError`. See :meth:`kstore.io.store.Store.put_if_absent`."""
         path = self._path(key, follow_last=False)
         tmp = self._tmp_file(data, key)
         try:
@@ -472,22 +402,8 @@ class LocalStore:
         return removed
 
     def delete(self, key: str) -> None:
-        """Remove the key's file (a symbolic link there is removed, not followed) and the
-        directories that became empty; a missing key is not an error.
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put("a/b", b"1"); store.delete("a/b"); store.delete("a/b")
-        >>> store.exists("a/b"), os.path.exists(os.path.join(store.root, "a"))
-        (False, False)
-        """
+        """Removes the key's file (a symbolic link there is removed, not followed) and the directories that
+        became empty, as kartothek's hfs store does. See :meth:`kstore.io.store.Store.delete`."""
         path = self._path(key, follow_last=False)  # a link is removed, not followed
         try:
             _unlink(path)
@@ -508,59 +424,15 @@ class LocalStore:
             parent = os.path.dirname(parent)
 
     def exists(self, key: str) -> bool:
-        """Whether the key's file exists (a directory is no key; a missing root: False).
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        bool
-            True if :meth:`get` would find it.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put("a/b", b"1"); store.exists("a/b"), store.exists("a")
-        (True, False)
-        """
+        """Whether the key's file exists (a directory is no key; a missing root: False). See
+        :meth:`kstore.io.store.Store.exists`."""
         return os.path.isfile(self._path(key))
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        """The keys that start with ``prefix``, walking only the directories that can hold
-        them (no order promised; symbolic links and temporary files are skipped).
-
-        Parameters
-        ----------
-        prefix
-            A plain string prefix: ``"ds/"`` lists the keys below ``ds``, ``"ds"`` also
-            those below ``ds2``; ``""`` every key.
-        start_after
-            Only keys that sort after this one.
-
-        Returns
-        -------
-        Iterator[str]
-            The keys (lazily; errors surface while iterating).
-
-        Raises
-        ------
-        StoreNotFoundError
-            The root directory does not exist.
-        StoreError
-            ``prefix`` has a ``.``/``..`` component, a backslash or a NUL.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> for k in ("d/1", "d/2", "d2/1"): store.put(k, b"")
-        >>> sorted(store.iter_prefix("d/")), sorted(store.iter_prefix("d", start_after="d/1"))
-        (['d/1', 'd/2'], ['d/2', 'd2/1'])
-        """
+        """Walks only the directories that can hold such keys, skipping symbolic links and temporary files. Lazy:
+        a missing root (:class:`~kstore.errors.StoreNotFoundError`) and a prefix with a ``.``/``..``
+        component, a backslash or a NUL (:class:`~kstore.errors.StoreError`) raise while iterating. See
+        :meth:`kstore.io.store.Store.iter_prefix`."""
         if start_after is not None:
             return (k for k in self.iter_prefix(prefix) if k > start_after)
         return self._iter_prefix(prefix)
@@ -595,32 +467,8 @@ class LocalStore:
                 yield key
 
     def open(self, key: str) -> BinaryIO:
-        """The key's file, opened for binary reading (seekable); the caller closes it.
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        BinaryIO
-            The open file.
-
-        Raises
-        ------
-        KeyNotFoundError
-            No such file.
-
-        Examples
-        --------
-        >>> import tempfile
-        >>> store = LocalStore(tempfile.mkdtemp())
-        >>> store.put("k", b"0123")
-        >>> with store.open("k") as fh:
-        ...     _ = fh.seek(2); fh.read()
-        b'23'
-        """
+        """The key's file, opened for binary reading (see :meth:`open_native` for Arrow's threads); no file there
+        is a missing key, as for :meth:`get`. See :meth:`kstore.io.store.Store.open`."""
         return self._open(key)
 
     def _open(self, key: str) -> BinaryIO:

@@ -79,71 +79,20 @@ class MemoryStore:
         return f"MemoryStore({redact_url(self.url) if self.url else id(self)}, {len(self._data)} keys)"
 
     def get(self, key: str) -> bytes:
-        """The bytes stored under ``key``.
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-
-        Returns
-        -------
-        bytes
-            The value.
-
-        Raises
-        ------
-        KeyNotFoundError
-            ``key`` does not exist.
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put("a/b", b"1"); s.get("a/b")
-        b'1'
-        """
+        """The value in this process's dict. See :meth:`kstore.io.store.Store.get`."""
         try:
             return self._data[validate_key(key)]
         except KeyError as exc:
             raise KeyNotFoundError(f"key {key!r} not found in the memory store") from exc
 
     def put(self, key: str, data: bytes) -> None:
-        """Store a copy of ``data`` under ``key``, replacing any value.
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-        data
-            The bytes (any bytes-like object; a copy is kept).
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put("k", bytearray(b"v")); s.get("k")
-        b'v'
-        """
+        """Keeps a copy of ``data`` (any bytes-like object). See :meth:`kstore.io.store.Store.put`."""
         with self._lock:
             self._data[validate_key(key)] = bytes(data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create ``key`` with ``data`` unless it exists (atomic among this process's threads).
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-        data
-            The bytes.
-
-        Returns
-        -------
-        bool
-            True if this call created the key; False (nothing written) if it existed.
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put_if_absent("k", b"1"), s.put_if_absent("k", b"2"), s.get("k")
-        (True, False, b'1')
-        """
+        """Atomic among this process's threads (one lock); no other process sees the store. See
+        :meth:`kstore.io.store.Store.put_if_absent`."""
         with self._lock:
             if validate_key(key) in self._data:
                 return False
@@ -151,90 +100,21 @@ class MemoryStore:
             return True
 
     def delete(self, key: str) -> None:
-        """Remove ``key``; a missing key is not an error.
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put("k", b"v"); s.delete("k"); s.delete("k"); s.exists("k")
-        False
-        """
+        """Removes the key from the dict, under the store's lock. See :meth:`kstore.io.store.Store.delete`."""
         with self._lock:
             self._data.pop(validate_key(key), None)
 
     def exists(self, key: str) -> bool:
-        """Whether ``key`` exists.
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-
-        Returns
-        -------
-        bool
-            True if :meth:`get` would find it.
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put("k", b"v"); s.exists("k"), s.exists("x")
-        (True, False)
-        """
+        """One dict lookup. See :meth:`kstore.io.store.Store.exists`."""
         return validate_key(key) in self._data
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        """The keys that start with ``prefix`` (a snapshot taken now; insertion order).
-
-        Parameters
-        ----------
-        prefix
-            A plain string prefix (``""``: every key).
-        start_after
-            Only keys that sort after this one.
-
-        Returns
-        -------
-        Iterator[str]
-            The keys.
-
-        Examples
-        --------
-        >>> s = MemoryStore()
-        >>> for k in ("d/1", "d/2", "e/1"): s.put(k, b"")
-        >>> list(s.iter_prefix("d/")), list(s.iter_prefix("", start_after="d/2"))
-        (['d/1', 'd/2'], ['e/1'])
-        """
+        """A snapshot of the keys taken at the call, in insertion order. See
+        :meth:`kstore.io.store.Store.iter_prefix`."""
         with self._lock:
             keys = [k for k in self._data if k.startswith(prefix) and (start_after is None or k > start_after)]
         return iter(keys)
 
     def open(self, key: str) -> BinaryIO:
-        """A seekable in-memory file over the value of ``key`` (a copy).
-
-        Parameters
-        ----------
-        key
-            The key (validated).
-
-        Returns
-        -------
-        BinaryIO
-            An :class:`io.BytesIO`.
-
-        Raises
-        ------
-        KeyNotFoundError
-            ``key`` does not exist.
-
-        Examples
-        --------
-        >>> s = MemoryStore(); s.put("k", b"0123")
-        >>> with s.open("k") as fh:
-        ...     _ = fh.seek(2); fh.read()
-        b'23'
-        """
+        """An :class:`io.BytesIO` over the value (a copy). See :meth:`kstore.io.store.Store.open`."""
         return io.BytesIO(self.get(key))

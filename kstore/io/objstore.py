@@ -477,34 +477,9 @@ class ObjectStore:
     # -- the Store protocol -------------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        """The object's bytes (one GET).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Returns
-        -------
-        bytes
-            The whole object.
-
-        Raises
-        ------
-        KeyNotFoundError
-            The object does not exist.
-        StoreNotFoundError
-            The bucket or container does not exist.
-        StoreError
-            Any other failure (credentials never shown).
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put("ds/a", b"1")
-        >>> store.get("ds/a")
-        b'1'
-        """
+        """One GET. A missing bucket or container raises :class:`~kstore.errors.StoreNotFoundError`, any other
+        failure :class:`~kstore.errors.StoreError` (credentials never shown). See
+        :meth:`kstore.io.store.Store.get`."""
         import obstore
 
         full_key = self._full_key(key)
@@ -514,31 +489,8 @@ class ObjectStore:
             raise self._error("get", full_key, exc) from exc
 
     def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) the object; atomic on every backend (readers see the old or
-        the new bytes, never a mix).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-        data
-            The object's bytes (any bytes-like object).
-
-        Raises
-        ------
-        InvalidKeyError
-            ``key`` is not a valid kstore key.
-        StoreError
-            The write failed.
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put("ds/a", b"1")
-        >>> store.put("ds/a", b"2")  # replaces
-        >>> store.get("ds/a")
-        b'2'
-        """
+        """One PUT, atomic on every backend; a failure raises :class:`~kstore.errors.StoreError`. See
+        :meth:`kstore.io.store.Store.put`."""
         import obstore
 
         full_key = self._full_key(key)
@@ -549,42 +501,11 @@ class ObjectStore:
             raise self._error("put", full_key, exc) from exc
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create the object unless it exists (obstore ``mode="create"``): the service's
-        atomic create, so of concurrent callers exactly one gets True.
-
-        Sent without obstore's retries: a failure that may have reached the service (a
-        timeout, a 5xx, a 409 conflict) is retried here a few times; if a retry then finds
-        the object, the stored bytes are compared with ``data`` to tell whether the earlier
-        attempt was this call's.
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-        data
-            The object's bytes.
-
-        Returns
-        -------
-        bool
-            True if this call created the object, False if it already existed (it is left
-            as it was).
-
-        Raises
-        ------
-        StoreError
-            The request failed (after the retries), or the bucket or container is missing.
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put_if_absent("ds/_kstore/log/1.json", b"first")
-        True
-        >>> store.put_if_absent("ds/_kstore/log/1.json", b"second")
-        False
-        >>> store.get("ds/_kstore/log/1.json")
-        b'first'
-        """
+        """obstore's ``mode="create"``, the service's atomic create, sent without obstore's retries: a failure
+        that may have reached the service (a timeout, a 5xx, a 409 conflict) is retried here a few times, and
+        if a retry then finds the object, the stored bytes are compared with ``data`` to tell whether the
+        earlier attempt was this call's. Failing after the retries, or with the bucket or container missing,
+        raises :class:`~kstore.errors.StoreError`. See :meth:`kstore.io.store.Store.put_if_absent`."""
         import obstore
 
         errors = _obstore_errors()
@@ -623,27 +544,8 @@ class ObjectStore:
             return None
 
     def delete(self, key: str) -> None:
-        """Remove the object; a missing key is not an error.
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Raises
-        ------
-        StoreError
-            The delete failed.
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put("ds/a", b"1")
-        >>> store.delete("ds/a")
-        >>> store.delete("ds/a")  # already gone: no error
-        >>> store.exists("ds/a")
-        False
-        """
+        """One DELETE; a missing bucket or container raises :class:`~kstore.errors.StoreNotFoundError`, any other
+        failure :class:`~kstore.errors.StoreError`. See :meth:`kstore.io.store.Store.delete`."""
         import obstore
 
         errors = _obstore_errors()
@@ -712,30 +614,8 @@ class ObjectStore:
             raise failed_deletes_error(failed, f" in {self._container()}")
 
     def exists(self, key: str) -> bool:
-        """Whether the object exists (one HEAD request).
-
-        Parameters
-        ----------
-        key
-            The key, relative to the store's prefix.
-
-        Returns
-        -------
-        bool
-            True if the object exists.
-
-        Raises
-        ------
-        StoreError
-            The request failed for another reason than a missing object.
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put("ds/a", b"1")
-        >>> store.exists("ds/a"), store.exists("ds/b")
-        (True, False)
-        """
+        """One HEAD request; a failure other than a missing object raises :class:`~kstore.errors.StoreError`. See
+        :meth:`kstore.io.store.Store.exists`."""
         import obstore
 
         errors = _obstore_errors()
@@ -749,48 +629,14 @@ class ObjectStore:
             raise self._error("head", full_key, exc) from exc
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        """Keys (relative to the store prefix) that start with the string ``prefix``.
-
-        obstore lists whole path segments, so the listing covers the prefix's "directory"
-        (``"ds/table/x="`` lists ``ds/table/``), starting after ``start_after`` or just
-        before ``prefix`` (``offset``), and stops at the first key past the prefix (cloud
-        listings are sorted). "Folder" marker objects (``ds/``) are skipped where obstore
-        reports them with their ``/``.
-
-        Parameters
-        ----------
-        prefix
-            A string prefix of the keys, relative to the store's prefix (``""``: all).
-        start_after
-            List only keys after this one (lexicographically).
-
-        Returns
-        -------
-        Iterator[str]
-            The keys in lexicographic order on GCS, Azure and S3 (obstore's memory backend
-            does not sort), fetched lazily page by page.
-
-        Raises
-        ------
-        InvalidKeyError
-            ``prefix`` or ``start_after`` is not a string, or ``prefix`` is malformed.
-        StoreNotFoundError
-            The bucket or container does not exist (raised while iterating).
-        StoreError
-            The listing failed (raised while iterating).
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> for key in ("ds/x=1/a", "ds/x=2/b", "ds2/c"):
-        ...     store.put(key, b"")
-        >>> sorted(store.iter_prefix("ds/x="))
-        ['ds/x=1/a', 'ds/x=2/b']
-        >>> sorted(store.iter_prefix("ds"))
-        ['ds/x=1/a', 'ds/x=2/b', 'ds2/c']
-        >>> sorted(store.iter_prefix("ds/", start_after="ds/x=1/a"))
-        ['ds/x=2/b']
-        """
+        """obstore lists whole path segments, so the listing covers the prefix's "directory" (``"ds/table/x="``
+        lists ``ds/table/``), starting after ``start_after`` or just before ``prefix`` (``offset``), page by
+        page, and stops at the first key past the prefix: keys come in lexicographic order on GCS, Azure and
+        S3 (obstore's memory backend does not sort). "Folder" marker objects (``ds/``) are skipped. A
+        malformed or non-string ``prefix`` or ``start_after`` raises :class:`~kstore.errors.InvalidKeyError`
+        at once; a missing bucket or container (:class:`~kstore.errors.StoreNotFoundError`) and a failed
+        listing (:class:`~kstore.errors.StoreError`) raise while iterating. See
+        :meth:`kstore.io.store.Store.iter_prefix`."""
         if not isinstance(prefix, str):
             raise InvalidKeyError(f"invalid key prefix {prefix!r}: must be a string")
         if prefix:
@@ -828,39 +674,17 @@ class ObjectStore:
             raise StoreError(f"{what} failed: {text}") from exc
 
     def open(self, key: str, buffer_size: int = DEFAULT_BUFFER_SIZE) -> io.BufferedReader:
-        """A seekable read-only file over the object that fetches byte ranges on demand.
-
-        One HEAD now (size and ETag; :class:`~kstore.errors.KeyNotFoundError` if missing),
-        then a ranged GET with ``If-Match`` per buffer refill, so an object replaced while
-        it is read raises :class:`~kstore.errors.StoreError` instead of mixing versions.
+        """An :class:`io.BufferedReader` over an :class:`ObjectRangeReader`: one HEAD now (size and
+        ETag; a failure raises :class:`~kstore.errors.StoreError`), then a ranged GET with ``If-Match``
+        per buffer refill, so an object replaced while it is read raises
+        :class:`~kstore.errors.StoreError` instead of mixing versions. See
+        :meth:`kstore.io.store.Store.open`.
 
         Parameters
         ----------
-        key
-            The key, relative to the store's prefix.
         buffer_size
-            Bytes fetched at least per ranged GET (up to the end of the object).
-
-        Returns
-        -------
-        io.BufferedReader
-            A seekable binary file over an :class:`ObjectRangeReader` (a context manager).
-
-        Raises
-        ------
-        KeyNotFoundError
-            The object does not exist.
-        StoreError
-            The HEAD request failed.
-
-        Examples
-        --------
-        >>> store = ObjectStore("memory://")
-        >>> store.put("ds/a", b"hello world")
-        >>> with store.open("ds/a") as f:
-        ...     _ = f.seek(6)
-        ...     f.read()
-        b'world'
+            Bytes fetched at least per ranged GET (up to the end of the object); beside the
+            protocol's ``key``.
         """
         import obstore
 

@@ -358,7 +358,7 @@ class S3Store(ObjectStore):
         Returns
         -------
         S3Store
-            The store (no request is made until it is used).
+            The store, made without a request (its first method call sends one).
 
         Examples
         --------

@@ -4,6 +4,16 @@ A store is a flat ``key -> bytes`` namespace. Every backend (local directory, me
 any simplekv/minimalkv store) implements :class:`Store`; everything above ``kstore.io``
 uses only these methods.
 
+Each method's contract (parameters, return value, errors, an example) is documented once, in
+full, on :class:`Store`. A backend's or wrapper's method that implements one of them
+(:class:`~kstore.io.local.LocalStore`, :class:`~kstore.io.memory.MemoryStore`,
+:class:`~kstore.io.objstore.ObjectStore`, :class:`~kstore.io.s3.S3Store`,
+:class:`~kstore.io.kv.KVStore`, :class:`CountingStore`) has a docstring of one short paragraph:
+what is particular to it (how it is atomic, which errors it maps, what it costs in requests),
+ending in a reference to the protocol method, and no sections of its own, except for parameters
+the protocol method lacks. ``tests/docs/test_api_docs.py`` holds the public stores to it (each such
+method needs a docstring of its own; their other methods, and the protocol's, full sections).
+
 Examples
 --------
 >>> store = open_store("memory://doc-store")
@@ -118,9 +128,9 @@ class Store(Protocol):
         Parameters
         ----------
         key
-            The key.
+            The key to write.
         data
-            The bytes to store.
+            The bytes to store (any bytes-like object).
 
         Examples
         --------
@@ -137,7 +147,7 @@ class Store(Protocol):
         Parameters
         ----------
         key
-            The key.
+            The key to create.
         data
             The bytes to store.
 
@@ -161,7 +171,7 @@ class Store(Protocol):
         Parameters
         ----------
         key
-            The key.
+            The key to remove.
 
         Examples
         --------
@@ -185,7 +195,7 @@ class Store(Protocol):
         Returns
         -------
         Iterator[str]
-            The full keys.
+            The full keys (possibly lazy: errors may surface while iterating).
 
         Examples
         --------
@@ -203,7 +213,7 @@ class Store(Protocol):
         Parameters
         ----------
         key
-            The key.
+            The key to look up.
 
         Returns
         -------
@@ -226,7 +236,7 @@ class Store(Protocol):
         Parameters
         ----------
         key
-            The key.
+            The key to read.
 
         Returns
         -------
@@ -236,7 +246,7 @@ class Store(Protocol):
         Raises
         ------
         KeyNotFoundError
-            ``key`` does not exist.
+            ``key`` does not exist (as for :meth:`get`).
 
         Examples
         --------
@@ -593,88 +603,23 @@ class CountingStore:
             self.keys.clear()
 
     def get(self, key: str) -> bytes:
-        """Count a ``get`` and return the wrapped store's :meth:`Store.get`.
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        bytes
-            The value.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put("k", b"v"); s.get("k"), s.calls["get"]
-        (b'v', 1)
-        """
+        """Counts a ``get``, then calls the wrapped store's. See :meth:`kstore.io.store.Store.get`."""
         self._count("get", key)
         return self.inner.get(key)
 
     def put(self, key: str, data: bytes) -> None:
-        """Count a ``put`` and write through the wrapped store's :meth:`Store.put`.
-
-        Parameters
-        ----------
-        key
-            The key.
-        data
-            The bytes to store.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put("k", b"v"); s.inner.get("k"), s.calls["put"]
-        (b'v', 1)
-        """
+        """Counts a ``put``, then calls the wrapped store's. See :meth:`kstore.io.store.Store.put`."""
         self._count("put", key)
         self.inner.put(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Count a ``put_if_absent`` and return the wrapped store's :meth:`Store.put_if_absent`.
-
-        Parameters
-        ----------
-        key
-            The key.
-        data
-            The bytes to store.
-
-        Returns
-        -------
-        bool
-            True if this call created the key.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put_if_absent("k", b"1"), s.put_if_absent("k", b"2"), s.calls["put_if_absent"]
-        (True, False, 2)
-        """
+        """Counts a ``put_if_absent``, then calls the wrapped store's. See
+        :meth:`kstore.io.store.Store.put_if_absent`."""
         self._count("put_if_absent", key)
         return self.inner.put_if_absent(key, data)
 
     def delete(self, key: str) -> None:
-        """Count a ``delete`` and remove the key from the wrapped store (missing: no error).
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put("k", b"v"); s.delete("k"); s.inner.exists("k"), s.calls["delete"]
-        (False, 1)
-        """
+        """Counts a ``delete``, then calls the wrapped store's. See :meth:`kstore.io.store.Store.delete`."""
         self._count("delete", key)
         self.inner.delete(key)
 
@@ -702,78 +647,18 @@ class CountingStore:
         delete_many(self.inner, keys)
 
     def iter_prefix(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        """Count an ``iter_prefix`` (recorded with its prefix) and list through the wrapped
-        store's :meth:`Store.iter_prefix`.
-
-        Parameters
-        ----------
-        prefix
-            Keys starting with this string.
-        start_after
-            Only keys that sort after this one.
-
-        Returns
-        -------
-        Iterator[str]
-            The keys.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put("d/1", b""); sorted(s.iter_prefix("d/")), s.keys[-1]
-        (['d/1'], ('iter_prefix', 'd/'))
-        """
+        """Counts an ``iter_prefix`` (recorded in :attr:`keys` with its prefix), then calls the wrapped store's.
+        See :meth:`kstore.io.store.Store.iter_prefix`."""
         self._count("iter_prefix", prefix)
         return self.inner.iter_prefix(prefix, start_after)
 
     def exists(self, key: str) -> bool:
-        """Count an ``exists`` and return the wrapped store's :meth:`Store.exists`.
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        bool
-            Whether the key exists.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.exists("k"), s.calls["exists"]
-        (False, 1)
-        """
+        """Counts an ``exists``, then calls the wrapped store's. See :meth:`kstore.io.store.Store.exists`."""
         self._count("exists", key)
         return self.inner.exists(key)
 
     def open(self, key: str) -> BinaryIO:
-        """Count an ``open`` and return the wrapped store's :meth:`Store.open` (reads from the
-        file are not counted).
-
-        Parameters
-        ----------
-        key
-            The key.
-
-        Returns
-        -------
-        BinaryIO
-            A seekable binary file; the caller closes it.
-
-        Examples
-        --------
-        >>> from kstore.io.memory import MemoryStore
-        >>> s = CountingStore(MemoryStore())
-        >>> s.put("k", b"abc")
-        >>> with s.open("k") as fh:
-        ...     fh.read()
-        b'abc'
-        >>> s.calls["open"]
-        1
-        """
+        """Counts an ``open`` (reads from the file are not counted), then calls the wrapped store's. See
+        :meth:`kstore.io.store.Store.open`."""
         self._count("open", key)
         return self.inner.open(key)

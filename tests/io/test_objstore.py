@@ -111,6 +111,30 @@ def test_obstore_memory_backend_is_one_process_only() -> None:
         store_factory(store)
 
 
+def test_obstore_memory_backend_meets_the_protocol() -> None:
+    """The protocol's basics on obstore's in-process backend (once the ObjectStore methods'
+    doctests; the contract in test_store_contract runs the other backends on moto/Azurite)."""
+    store = ObjectStore("memory://")
+    store.put("ds/a", b"1")
+    store.put("ds/a", b"2")  # replaces
+    assert store.get("ds/a") == b"2"
+    assert store.put_if_absent("ds/_kstore/log/1.json", b"first") is True
+    assert store.put_if_absent("ds/_kstore/log/1.json", b"second") is False
+    assert store.get("ds/_kstore/log/1.json") == b"first"
+    assert (store.exists("ds/a"), store.exists("ds/b")) == (True, False)
+    store.delete("ds/a")
+    store.delete("ds/a")  # already gone: no error
+    assert store.exists("ds/a") is False
+    for key in ("ds/x=1/a", "ds/x=2/b", "ds2/c"):
+        store.put(key, b"hello world")
+    assert sorted(store.iter_prefix("ds/x=")) == ["ds/x=1/a", "ds/x=2/b"]  # a string prefix
+    assert sorted(store.iter_prefix("ds")) == ["ds/_kstore/log/1.json", "ds/x=1/a", "ds/x=2/b", "ds2/c"]
+    assert sorted(store.iter_prefix("ds/", start_after="ds/x=1/a")) == ["ds/x=2/b"]
+    with store.open("ds/x=1/a", buffer_size=4) as fh:
+        fh.seek(6)
+        assert fh.read() == b"world"
+
+
 # -- Azure (Azurite) -------------------------------------------------------------------------------
 
 

@@ -790,6 +790,55 @@ def test_s3_server_errors_name_bucket_and_key(s3_store: S3Store, monkeypatch: py
     assert not isinstance(info.value, KeyNotFoundError)
 
 
+# -- what is particular to one store (once the doctests of its methods) --------------------------
+
+
+def test_counting_store_counts_every_protocol_call_and_passes_it_on() -> None:
+    inner = MemoryStore()
+    s = CountingStore(inner)
+    s.put("k", b"v")
+    assert inner.get("k") == b"v" and s.get("k") == b"v"
+    assert (s.put_if_absent("n", b"1"), s.put_if_absent("n", b"2"), inner.get("n")) == (True, False, b"1")
+    assert (s.exists("k"), s.exists("x")) == (True, False)
+    assert sorted(s.iter_prefix("")) == ["k", "n"]
+    with s.open("k") as fh:
+        assert fh.read() == b"v"  # reads from the file are not counted
+    s.delete("k")
+    assert inner.exists("k") is False
+    assert dict(s.calls) == {"put": 1, "get": 1, "put_if_absent": 2, "exists": 2, "iter_prefix": 1, "open": 1,
+                             "delete": 1}
+    assert s.keys == [("put", "k"), ("get", "k"), ("put_if_absent", "n"), ("put_if_absent", "n"), ("exists", "k"),
+                      ("exists", "x"), ("iter_prefix", ""), ("open", "k"), ("delete", "k")]
+    s.reset()
+    assert (dict(s.calls), s.keys) == ({}, [])
+
+
+def test_local_keys_are_files_and_delete_prunes_empty_directories(tmp_path: Any) -> None:
+    store = LocalStore(tmp_path / "root")
+    store.put("a/b/c", b"old")
+    store.put("a/b/c", b"new")
+    assert (tmp_path / "root" / "a" / "b" / "c").read_bytes() == b"new"
+    assert store.exists("a/b") is False  # a directory is no key
+    store.put("a/d", b"1")
+    store.delete("a/b/c")
+    assert _tree(tmp_path / "root") == [_TMP_DIR, "a", "a/d"]  # a/b pruned, a still holds a/d
+    store.delete("a/d")
+    store.delete("a/d")
+    assert _tree(tmp_path / "root") == [_TMP_DIR]  # the root stays
+
+
+def test_memory_store_keeps_a_copy_and_lists_in_insertion_order() -> None:
+    store = MemoryStore()
+    data = bytearray(b"v")
+    store.put("k", data)
+    data[:] = b"changed"
+    assert store.get("k") == b"v"
+    for key in ("d/2", "d/1", "e/1"):
+        store.put(key, b"")
+    assert list(store.iter_prefix("d/")) == ["d/2", "d/1"]
+    assert list(store.iter_prefix("", start_after="d/2")) == ["k", "e/1"]
+
+
 # -- read paths never create anything; links and odd file URLs (issue #11) ----------------------
 
 
