@@ -429,10 +429,11 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         load.check_not_created_again(store, head, op.read_version)
     fmt: MetadataFormat = op.metadata_format or head.fmt or "json"
     now = runtime.current().now()
-    # a base kstore has no log form for (a format-1 version, a kartothek dataset) becomes
-    # columnar once; this commit then records the whole state (reset) so replay starts here
+    # a base kstore has no log form for (a format-1 version, a kartothek dataset: statistics
+    # and indices in files of their own) becomes columnar once; this commit then records
+    # the whole state (reset) so replay starts here
     reset = base is None or op.creates
-    if base is not None and base.files is None and not op.creates and not isinstance(op, Delete):
+    if base is not None and not base.columnar and not op.creates and not isinstance(op, Delete):
         base = load.to_columnar(store, base)
         reset = True
     new_schema = base_schema = None
@@ -467,7 +468,6 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     actions = None
     if new is not None:
         if reset and not op.creates and base is not None:
-            assert new.files is not None
             actions = encode_actions(new, add=new.files.table, reset=True)
         else:
             actions = encode_actions(new, add=add_rows, remove=() if reset else op.remove, reset=reset,
@@ -543,7 +543,6 @@ def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Seq
     without a writer's report): from the operation's prebuilt index, else read from the files."""
     prebuilt = op.prebuilt_indices or {}
     files = new.files
-    assert files is not None
     updates: dict[str, pa.Table] = {}
     for col in wanted:
         vtype = index_storage_type(schema.field(col).type)
@@ -578,7 +577,6 @@ def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetM
     """The kartothek view's index files (value -> labels, what kartothek/plateau read):
     rewritten from the file table's ``idx:`` lists when the version changed them."""
     files = new.files
-    assert files is not None
     keys: dict[str, str] = {}
     for col in wanted:
         if not changed and base is not None and col in base.indices:

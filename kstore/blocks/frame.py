@@ -67,11 +67,9 @@ def planned_rows(meta: DatasetMetadata, plan: ReadPlan) -> list[int] | None:
     [2, 1]
     """
     files = meta.files
-    if files is None or not plan.tasks or not files.single_table():
-        return None
+    if not plan.tasks or "rows" not in files.rows.column_names or not files.single_table():
+        return None  # (a format-1 version's file table has no statistics: they are a file of their own)
     stats = files.stats()
-    if "rows" not in stats.column_names:
-        return None
     labels = pa.array([t.label for t in plan.tasks], pa.string())
     at = pc.index_in(labels, value_set=stats.column("label"))
     if at.null_count:

@@ -486,8 +486,8 @@ def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, 
             raise _Moved()  # the chain runs through a void claim (FORMAT.md C): list again
         expect, parent_id = e.version + 1, e.commit_id
     meta = base_meta
-    if meta is not None and meta.files is None and chain and not chain[0].is_base:
-        meta = to_columnar(store, meta)
+    if meta is not None and not meta.columnar and chain and not chain[0].is_base:
+        meta = to_columnar(store, meta)  # a format-2 entry on a format-1 version
     for e in chain:
         where = f"dataset {dataset_uuid!r}: log entry of version {e.version}"
         meta = replay(meta if not e.is_base else None, decode_actions(e.actions, dataset_uuid=dataset_uuid,
@@ -605,11 +605,9 @@ def to_columnar(store: Store, meta: DatasetMetadata) -> DatasetMetadata:
     """Format-1 (or kartothek) metadata as a columnar state: the file table joined with the
     version's statistics file, every secondary index turned into ``idx:`` value lists.
     O(partitions); a dataset pays it once, on its first format-2 commit."""
-    from kstore.core.filetable import FileTable
-
-    if meta.files is not None:
+    if meta.columnar:
         return meta
-    files = FileTable.from_partitions(meta.partitions, load_stats(store, meta))
+    files = meta.files.with_stats(load_stats(store, meta))
     cols = [c for c in dict.fromkeys((*meta.indices, *meta.inline_indices)) if c not in meta.partition_keys]
     if cols:
         schema = load_schema(store, meta)
@@ -726,7 +724,7 @@ def load_index(store: Store, meta: DatasetMetadata, column: str, schema: pa.Sche
     if schema.get_field_index(column) < 0:
         raise CorruptMetadataError(f"dataset {meta.uuid!r} has an index of column {column!r}, which its schema lacks")
     vtype = index_storage_type(schema.field(column).type)
-    if meta.files is not None:
+    if meta.columnar:  # the file table's idx: lists
         return meta.files.column_index(column, vtype)
     if column in meta.inline_indices:
         try:
@@ -753,7 +751,7 @@ def load_indices(store: Store, meta: DatasetMetadata, columns: Iterable[str], sc
 
 def load_stats(store: Store, meta: DatasetMetadata) -> pa.Table | None:
     """Per-file statistics, one row per label (format 2: from the file table, no call)."""
-    if meta.files is not None:
+    if meta.columnar:
         st = meta.files.stats()
         return st if "rows" in st.column_names else None
     if not meta.stats_key:

@@ -308,7 +308,7 @@ class Snapshot:
         meta = self.metadata
         schema = self._schema(counting, table)
         dnf = parse(predicates)
-        if meta.files is not None:
+        if meta.columnar:
             # format 2: index values and statistics are columns of the file table; the
             # planner reads them there (no index to build, no call)
             indices: dict[str, ColumnIndex] = {}

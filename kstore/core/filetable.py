@@ -23,6 +23,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
@@ -165,25 +166,35 @@ class FileTable:
     def from_partitions(cls, partitions: Mapping[str, Mapping[str, str]], stats: pa.Table | None = None) -> FileTable:
         """From kartothek's ``label -> {table: key}`` mapping, joined with a statistics table
         (one row per label, as ``_kstore/stats`` holds it) when one is given."""
-        labels: list[str] = []
-        tables: list[str] = []
-        keys: list[str] = []
-        for label, files in partitions.items():
-            for table, key in files.items():
-                labels.append(label)
-                tables.append(table)
-                keys.append(key)
+        labels = list(partitions)
+        per_label = list(partitions.values())
+        tables = list(chain.from_iterable(per_label))
+        keys = list(chain.from_iterable(files.values() for files in per_label))
+        if len(tables) != len(labels):  # several tables (or none) in some partition
+            labels = [label for label, files in zip(labels, per_label) for _ in range(len(files))]
         base = pa.table({"label": pa.array(labels, pa.string()), "table": pa.array(tables, pa.string()),
                          "key": pa.array(keys, pa.string())})
+        return cls(base).with_stats(stats)
+
+    def with_stats(self, stats: pa.Table | None) -> FileTable:
+        """This table (a format-1 version's: ``label, table, key``) joined with a statistics
+        table (one row per label, as ``_kstore/stats`` holds it), in this table's row order;
+        itself when there are no statistics.
+
+        >>> ft = FileTable.from_partitions({"a": {"table": "d/table/a.parquet"}, "b": {"table": "d/table/b.parquet"}})
+        >>> ft.with_stats(pa.table({"label": ["b", "a"], "rows": [2, 1]})).table.column("rows").to_pylist()
+        [1, 2]
+        """
         if stats is None or stats.num_rows == 0:
-            return cls(base)
+            return self
+        base = self.table
         stats = in_microseconds(stats)
         joined = base.join(stats, "label", join_type="left outer", use_threads=False)
         # a join reorders rows: restore the metadata's order (the partitions' order is kept)
         order = pc.index_in(joined.column("key"), value_set=base.column("key"))
         joined = joined.take(pc.sort_indices(order))
-        return cls(joined.select(["label", "table", "key", *[c for c in joined.column_names
-                                                             if c not in ("label", "table", "key")]]))
+        return FileTable(joined.select(["label", "table", "key", *[c for c in joined.column_names
+                                                                   if c not in ("label", "table", "key")]]))
 
     # -- queries -----------------------------------------------------------------------
 
@@ -608,19 +619,72 @@ def sorted_value_lists(per_file: Sequence[pa.Array | None], vtype: pa.DataType) 
 
 class ColumnarPartitions(Mapping[str, Mapping[str, str]]):
     """kartothek's ``label -> {table: key}`` mapping as a read-only view of a
-    :class:`FileTable`. Length and the table are free; the dict is built on first use
-    (only code outside kstore's hot paths asks for it)."""
+    :class:`FileTable`: the one in-memory form of a version's files, whatever its format.
 
-    __slots__ = ("files", "_dict", "_len")
+    :attr:`columnar` says where the version's per-file statistics and secondary indices
+    are. True (format 2/3): they are columns of :attr:`files` (``rows``, ``min:<col>``,
+    ``idx:<col>``, ...). False (format 1: a kartothek or plateau dataset, a kstore version
+    written before format 2): :attr:`files` holds ``label, table, key`` only, and the
+    statistics and indices are files of their own (``DatasetMetadata.stats_key``,
+    ``indices``, ``inline_indices``), which readers load when they need them.
 
-    def __init__(self, files: FileTable) -> None:
-        self.files = files
-        self._dict: dict[str, Mapping[str, str]] | None = None
-        self._len: int | None = None
+    Made from a file table (:class:`ColumnarPartitions` ``(files)``) the length and the
+    table are free and the dict is built on first use (only code outside kstore's hot
+    paths asks for it). Made from the mapping a format-1 file holds
+    (:meth:`of_mapping`), it is the other way round: the mapping is kept, and the file table
+    is built from it on the first :attr:`files` (O(partitions), once).
 
-    def _mapping(self) -> dict[str, Mapping[str, str]]:
+    Examples
+    --------
+    >>> parts = ColumnarPartitions.of_mapping({"p=1/a": {"table": "d/table/p=1/a.parquet"}})
+    >>> parts.columnar, len(parts), parts.files.table.column("key").to_pylist()
+    (False, 1, ['d/table/p=1/a.parquet'])
+    >>> ColumnarPartitions(parts.files).columnar
+    True
+    """
+
+    __slots__ = ("_files", "_dict", "_len", "columnar")
+
+    _files: FileTable | None
+    _dict: Mapping[str, Mapping[str, str]] | None
+    _len: int | None
+    #: True when the statistics and secondary indices are columns of :attr:`files`
+    columnar: bool
+
+    def __init__(self, files: FileTable, *, columnar: bool = True) -> None:
+        self._files = files
+        self._dict = None
+        self._len = None
+        self.columnar = columnar
+
+    @classmethod
+    def of_mapping(cls, partitions: Mapping[str, Mapping[str, str]]) -> ColumnarPartitions:
+        """The files of a format-1 version (``columnar`` False) from the ``label -> {table:
+        key}`` mapping its metadata file holds; ``partitions`` is kept as it is (not copied).
+
+        >>> parts = ColumnarPartitions.of_mapping({"a": {"t": "d/t/a.parquet"}})
+        >>> dict(parts["a"]), list(parts), "a" in parts
+        ({'t': 'd/t/a.parquet'}, ['a'], True)
+        """
+        out = cls.__new__(cls)
+        out._files = None
+        out._dict = partitions
+        out._len = len(partitions)
+        out.columnar = False
+        return out
+
+    @property
+    def files(self) -> FileTable:
+        """The files as a :class:`FileTable` (built from the mapping on first use)."""
+        if self._files is None:
+            assert self._dict is not None
+            self._files = FileTable.from_partitions(self._dict)
+        return self._files
+
+    def _mapping(self) -> Mapping[str, Mapping[str, str]]:
         if self._dict is None:
-            self._dict = {k: MappingProxyType(v) for k, v in self.files.partitions().items()}
+            assert self._files is not None
+            self._dict = {k: MappingProxyType(v) for k, v in self._files.partitions().items()}
         return self._dict
 
     def __getitem__(self, label: str) -> Mapping[str, str]:
@@ -639,11 +703,38 @@ class ColumnarPartitions(Mapping[str, Mapping[str, str]]):
     def __contains__(self, label: object) -> bool:
         return label in self._mapping()
 
-    def __repr__(self) -> str:
-        return f"ColumnarPartitions({len(self)} partitions)"
+    def items(self) -> Any:
+        return self._mapping().items()
 
-    def __reduce__(self) -> tuple[Any, tuple[FileTable]]:
-        return (ColumnarPartitions, (self.files,))
+    def values(self) -> Any:
+        return self._mapping().values()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ColumnarPartitions):
+            other = other._mapping()
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        if not isinstance(other, (dict, MappingProxyType)):
+            other = dict(other.items())
+        return bool(self._mapping() == other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ColumnarPartitions({len(self)} partitions{'' if self.columnar else ', format 1'})"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self._dict is not None and not self.columnar:  # the mapping, as plain dicts (proxies do not pickle)
+            return (_of_plain_mapping, ({k: dict(v) for k, v in self._dict.items()},))
+        return (_partitions_of, (self.files, self.columnar))
+
+
+def _partitions_of(files: FileTable, columnar: bool) -> ColumnarPartitions:
+    return ColumnarPartitions(files, columnar=columnar)
+
+
+def _of_plain_mapping(partitions: dict[str, dict[str, str]]) -> ColumnarPartitions:
+    return ColumnarPartitions.of_mapping({k: MappingProxyType(v) for k, v in partitions.items()})
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ class DatasetMetadata:
     uuid:
         The dataset uuid.
     partitions:
-        ``label -> {table: storage key}``.
+        ``label -> {table: storage key}``: a read-only mapping view
+        (:class:`~kstore.core.filetable.ColumnarPartitions`) of :attr:`files`, the one
+        in-memory form of the files for every format; any mapping given is wrapped in one.
     partition_keys:
         Columns encoded in the labels (``partition_on``), in key order.
     indices:
@@ -114,7 +116,7 @@ class DatasetMetadata:
     """
 
     uuid: str
-    partitions: Mapping[str, Files] = field(default_factory=lambda: MappingProxyType({}))
+    partitions: Mapping[str, Files] = field(default_factory=lambda: ColumnarPartitions.of_mapping({}))
     partition_keys: tuple[str, ...] = ()
     indices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     inline_indices: Mapping[str, InlineIndex] = field(default_factory=lambda: MappingProxyType({}))
@@ -130,6 +132,12 @@ class DatasetMetadata:
     main_format: str = "json"
     incarnation: str | None = None
     commit_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # every version's files are a file table: a mapping given (format 1, a test's
+        # dict) becomes its format-1 view, the file table built from it on first use
+        if not isinstance(self.partitions, ColumnarPartitions):
+            object.__setattr__(self, "partitions", ColumnarPartitions.of_mapping(dict(self.partitions)))
 
     def __repr__(self) -> str:
         keys = f", partition_keys={list(self.partition_keys)}" if self.partition_keys else ""
@@ -216,17 +224,53 @@ class DatasetMetadata:
         >>> m2.version, dict(m2.metadata), m.version
         (1, {'owner': 'me'}, None)
         """
-        for key in ("partitions", "indices", "inline_indices", "metadata", "extra", "txns"):
-            if key in changes and not isinstance(changes[key], (MappingProxyType, ColumnarPartitions)):
+        for key in ("indices", "inline_indices", "metadata", "extra", "txns"):
+            if key in changes and not isinstance(changes[key], MappingProxyType):
                 changes[key] = _freeze(changes[key])
         return dataclasses.replace(self, **changes)
 
     @property
-    def files(self) -> FileTable | None:
-        """The version's files as columns (format 2: label, table, key, statistics and
-        ``idx:`` index values per file); None for metadata read from a format-1 file."""
+    def files(self) -> FileTable:
+        """The version's files as columns: one row per data file (``label, table, key``),
+        whatever the format. Statistics and ``idx:`` index values per file are columns too
+        when :attr:`columnar`; a format-1 version's file table is built from its partitions
+        on first use (once), and its statistics and indices stay in their own files.
+
+        Examples
+        --------
+        >>> raw = {"dataset_metadata_version": 4, "dataset_uuid": "d",
+        ...        "partitions": {"a": {"files": {"table": "d/table/a.parquet"}}}}
+        >>> m = DatasetMetadata.from_dict(raw)
+        >>> m.files.table.column("key").to_pylist(), m.columnar
+        (['d/table/a.parquet'], False)
+        """
+        return self._parts.files
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the per-file statistics and secondary indices of this version are columns
+        of :attr:`files` (format 2/3: replayed from the log or read from a checkpoint).
+
+        False for a format-1 version (a kartothek or plateau dataset, a kstore version
+        written before format 2): its statistics are the file :attr:`stats_key` names and
+        its indices the files :attr:`indices` names (or :attr:`inline_indices`); readers
+        load them on demand (:func:`kstore.blocks.load.load_stats`,
+        :func:`~kstore.blocks.load.load_index`), and its first format-2 commit joins them
+        into the file table once (:func:`~kstore.blocks.load.to_columnar`).
+
+        Examples
+        --------
+        >>> m = DatasetMetadata.new("d").with_partitions({"a": {"table": "d/table/a.parquet"}})
+        >>> m.columnar, m.with_files(m.files).columnar
+        (False, True)
+        """
+        return self._parts.columnar
+
+    @property
+    def _parts(self) -> ColumnarPartitions:
         parts = self.partitions
-        return parts.files if isinstance(parts, ColumnarPartitions) else None
+        assert isinstance(parts, ColumnarPartitions)  # __post_init__ made it one
+        return parts
 
     def with_files(self, files: FileTable) -> DatasetMetadata:
         """A copy whose partitions are ``files`` (columnar).
@@ -240,7 +284,8 @@ class DatasetMetadata:
         Returns
         -------
         DatasetMetadata
-            The copy (with ``explicit_partitions`` True).
+            The copy (with ``explicit_partitions`` True), :attr:`columnar`: ``files`` holds
+            the statistics and index values.
 
         Examples
         --------
@@ -266,7 +311,7 @@ class DatasetMetadata:
         Returns
         -------
         DatasetMetadata
-            The copy (columnar when ``self`` is).
+            The copy (:attr:`columnar` when ``self`` is).
 
         Examples
         --------
@@ -275,18 +320,14 @@ class DatasetMetadata:
         >>> sorted(m.with_partitions({}, removed=["p=1/a"]).partitions)
         ['p=2/a']
         """
-        ft = self.files
-        if ft is not None:
-            from kstore.core.filetable import Actions
+        from kstore.core.filetable import Actions
 
-            add = FileTable.from_partitions(added).table
-            return self.with_files(ft.apply(Actions(add=add if add.num_rows else None, remove=tuple(removed))))
-        parts = dict(self.partitions)
-        for label in removed:
-            parts.pop(label, None)
-        for label, files in added.items():
-            parts[label] = _freeze(files)
-        return self.evolve(partitions=parts, explicit_partitions=True)
+        add = FileTable.from_partitions(added).table
+        # an added label replaces that label's files: they are removed first
+        remove = tuple(dict.fromkeys((*removed, *added)))
+        files = self.files.apply(Actions(add=add if add.num_rows else None, remove=remove))
+        return dataclasses.replace(self, partitions=ColumnarPartitions(files, columnar=self.columnar),
+                                   explicit_partitions=True)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -355,16 +396,13 @@ class DatasetMetadata:
         >>> m.has_keys(["sales/table/a.parquet", "other"]), m.has_keys(["other"])
         (True, False)
         """
+        import pyarrow.compute as pc
+
         keys = list(keys)
         ft = self.files
-        if ft is not None:
-            import pyarrow.compute as pc
-
-            if not len(ft) or not keys:
-                return False
-            return bool(pc.any(pc.is_in(ft.table.column("key"), value_set=pa.array(keys, pa.string()))).as_py())
-        wanted = set(keys)
-        return any(k in wanted for files in self.partitions.values() for k in files.values())
+        if not len(ft) or not keys:
+            return False
+        return bool(pc.any(pc.is_in(ft.table.column("key"), value_set=pa.array(keys, pa.string()))).as_py())
 
     def referenced_keys(self) -> set[str]:
         """Every key this version references under ``<uuid>/`` (data, index, stats files).
@@ -380,11 +418,7 @@ class DatasetMetadata:
         >>> sorted(m.evolve(indices={"x": "sales/indices/x/t.by-dataset-index.parquet"}).referenced_keys())
         ['sales/indices/x/t.by-dataset-index.parquet', 'sales/table/a.parquet']
         """
-        ft = self.files
-        if ft is not None:
-            keys = set(ft.table.column("key").to_pylist())
-        else:
-            keys = {k for files in self.partitions.values() for k in files.values()}
+        keys = set(self.files.table.column("key").to_pylist())
         keys.update(self.indices.values())
         if self.stats_key:
             keys.add(self.stats_key)
@@ -578,7 +612,7 @@ class DatasetMetadata:
                                        f"characters, got {commit_id!r:.40}")
         return cls(
             uuid=uuid,
-            partitions=_freeze(partitions),
+            partitions=ColumnarPartitions.of_mapping(partitions),
             partition_keys=partition_keys,
             indices=_freeze(indices),
             inline_indices=_freeze(inline),
@@ -626,9 +660,6 @@ def _thaw(value: Any) -> Any:
 
 def _rebuild(state: dict[str, Any]) -> DatasetMetadata:
     state = dict(state)
-    if not isinstance(state["partitions"], ColumnarPartitions):
-        state["partitions"] = MappingProxyType({lab: MappingProxyType(files)
-                                                for lab, files in state["partitions"].items()})
     state["inline_indices"] = MappingProxyType({c: MappingProxyType(v) for c, v in state["inline_indices"].items()})
     for key in ("indices", "metadata", "extra", "txns"):
         state[key] = MappingProxyType(state[key])

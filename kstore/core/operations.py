@@ -181,6 +181,10 @@ class Operation:
         override this, not :meth:`apply`)."""
         if base is None:
             raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+        if add_rows is not None and not base.columnar:
+            # the base's statistics and indices are files of their own (format 1): they
+            # would be lost (the commit makes such a base columnar first: load.to_columnar)
+            raise ValueError("a columnar commit needs a columnar base")
         meta = base
         if self.metadata:
             merged = dict(base.metadata)
@@ -189,14 +193,12 @@ class Operation:
         return self._with_files(meta, base.files, self.remove, dict(base.txns), schema=schema,
                                 version=version, add_rows=add_rows)
 
-    def _with_files(self, meta: DatasetMetadata, start: FileTable | None, remove: tuple[str, ...],
+    def _with_files(self, meta: DatasetMetadata, start: FileTable, remove: tuple[str, ...],
                     txns: dict[str, int], *, schema: pa.Schema | None, version: int,
                     add_rows: pa.Table | None) -> DatasetMetadata:
         """``meta`` with the added files, without ``remove``, with the transaction recorded
         and the dropped indices gone, as ``version``."""
         if add_rows is not None:
-            if start is None:
-                raise ValueError("a columnar commit needs a columnar base")
             files = start.apply(Actions(add=add_rows if add_rows.num_rows else None, remove=remove))
             for col in self.drop_index_columns:
                 files = files.drop_index(col)
@@ -379,11 +381,10 @@ def _later(a: int | None, b: int | None) -> int | None:
 
 
 def missing_labels(meta: DatasetMetadata, labels: Sequence[str]) -> list[str]:
-    """Those of ``labels`` that ``meta`` has no partition for (vectorized for columnar state)."""
-    ft = meta.files
-    if ft is None:
-        return [lab for lab in labels if lab not in meta.partitions]
+    """Those of ``labels`` that ``meta`` has no partition for (vectorized)."""
     import pyarrow.compute as pc
+
+    ft = meta.files
 
     arr = pa.array(list(labels), pa.string())
     there = pc.is_in(arr, value_set=ft.labels.combine_chunks() if len(ft) else pa.array([], pa.string()))

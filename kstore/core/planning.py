@@ -331,11 +331,12 @@ class _Candidates:
     them), with where their statistics and index lists are."""
 
     labels: pa.Array | pa.ChunkedArray
+    #: None where the keys are derived from the labels (``derived_keys``)
     keys: pa.Array | pa.ChunkedArray | None
     #: the file table's ``keys_of`` where its keys are derived from the labels
     derived_keys: Any
-    #: format 2: the table's files, with statistics and ``idx:`` lists
-    rows: pa.Table | None
+    #: the table's files (format 2: with statistics and ``idx:`` lists)
+    rows: pa.Table
     stats: pa.Table | None
     #: each candidate's row in ``stats`` (-1: none)
     stats_rows: np.ndarray | None
@@ -369,7 +370,7 @@ def plan_read(
     keep = np.ones(files.n, dtype=bool) if dnf is None else np.zeros(files.n, dtype=bool)
     for mask in masks:
         keep |= mask
-    tasks = _tasks(meta, schema, table, files, np.flatnonzero(keep), masks if dnf is not None else None, residuals)
+    tasks = _tasks(meta, schema, files, np.flatnonzero(keep), masks if dnf is not None else None, residuals)
     calls = dict(store_calls or {})
     return ReadPlan(
         dataset_uuid=meta.uuid,
@@ -403,25 +404,29 @@ def _checked(meta: DatasetMetadata, schema: pa.Schema, table: str | None,
 
 
 def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _Candidates:
-    """Every file of ``table``, from the columnar state (format 2/3) or the partition dict."""
-    if meta.files is not None:
-        derived_keys: Any = None
-        if meta.files.derived is not None:  # keys built for the kept files only
-            rows = meta.files.rows if meta.files.derived[1] == table else meta.files.rows.slice(0, 0)
-            derived_keys = meta.files.keys_of
-        else:
-            rows = meta.files.for_table(table)
-        # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
-        # copy of 100k labels and keys to plan, only the kept ones are taken
+    """Every file of ``table``, from the file table; their statistics from it too when
+    the version is :attr:`~kstore.core.metadata.DatasetMetadata.columnar`, else (format 1)
+    from ``stats``, the statistics file the caller loaded (matched by label)."""
+    files = meta.files
+    derived_keys: Any = None
+    if files.derived is not None:  # keys built for the kept files only
+        rows = files.rows if files.derived[1] == table else files.rows.slice(0, 0)
+        derived_keys = files.keys_of
+    else:
+        rows = files.for_table(table)
+    # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
+    # copy of 100k labels and keys to plan, only the kept ones are taken
+    labels = rows.column("label")
+    keys = rows.column("key") if derived_keys is None else None
+    if meta.columnar:
         has_stats = "rows" in rows.column_names and rows.num_rows > 0
-        return _Candidates(rows.column("label"), rows.column("key") if derived_keys is None else None, derived_keys,
-                           rows, rows if has_stats else None, np.arange(rows.num_rows) if has_stats else None)
-    labels = pa.array(list(meta.partitions), pa.string())
+        return _Candidates(labels, keys, derived_keys, rows, rows if has_stats else None,
+                           np.arange(rows.num_rows) if has_stats else None)
     stats_rows = None
     if stats is not None and len(labels) and stats.num_rows:
         pos = pc.index_in(labels, value_set=stats.column("label").combine_chunks())
         stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
-    return _Candidates(labels, None, None, None, stats, stats_rows)
+    return _Candidates(labels, keys, derived_keys, rows, stats, stats_rows)
 
 
 def _prune(meta: DatasetMetadata, schema: pa.Schema, dnf: Any, files: _Candidates,
@@ -481,17 +486,12 @@ def _prune_term(term: Term, files: _Candidates, schema: pa.Schema, indices: Mapp
     return None
 
 
-def _tasks(meta: DatasetMetadata, schema: pa.Schema, table: str, files: _Candidates, kept: np.ndarray,
+def _tasks(meta: DatasetMetadata, schema: pa.Schema, files: _Candidates, kept: np.ndarray,
            masks: list[np.ndarray] | None, residuals: list[tuple[Term, ...]]) -> list[ReadTask]:
     """The read tasks of the ``kept`` candidates, each with the residual terms of the
     conjunctions that kept it (None: every row matches, or no predicate)."""
     kept_labels = _take(files.labels, kept)
-    if files.keys is not None:
-        kept_keys = _take(files.keys, kept)
-    elif files.derived_keys is not None:
-        kept_keys = files.derived_keys(kept_labels)
-    else:
-        kept_keys = [meta.file_key(lab, table) for lab in kept_labels]
+    kept_keys = _take(files.keys, kept) if files.keys is not None else files.derived_keys(kept_labels)
     values = label_values(meta, kept_labels) if meta.partition_keys else [()] * len(kept_labels)
     tasks = []
     for j, i in enumerate(kept):

@@ -222,6 +222,45 @@ def test_kartothek_inline_index_is_accepted():
     assert meta.to_dict()["indices"] == raw["indices"]
 
 
+def test_kartothek_metadata_exposes_a_file_table_with_external_stats_and_indices():
+    """Issue #30: a format-1 (kartothek) version has the one in-memory form, a file table
+    with its partitions' labels and keys; ``columnar`` says its statistics and indices are
+    files of their own. Nothing else about it changes: to_dict is the same, key order
+    included, and a pickle keeps it format 1."""
+    import pickle
+
+    raw = copy.deepcopy(KARTOTHEK_SLASH)
+    raw["indices"] = {"x": "pub_slash_value/indices/x/t.by-dataset-index.parquet", "y": {"1": ["region=plain/f9c6"]}}
+    meta = DatasetMetadata.from_dict(raw, expected_uuid="pub_slash_value")
+    assert meta.columnar is False
+    files = meta.files
+    assert files is meta.files  # built once, on first use
+    assert files.labels.to_pylist() == list(raw["partitions"]) == list(meta.partitions)
+    assert files.table.column("table").to_pylist() == ["table", "table"]
+    assert files.partitions() == {lab: dict(e["files"]) for lab, e in raw["partitions"].items()}
+    assert not any(c.startswith(("rows", "idx:")) for c in files.table.column_names)  # external: not in it
+    out = meta.to_dict()
+    assert list(out) == ["dataset_metadata_version", "dataset_uuid", "metadata", "partition_keys", "partitions",
+                         "indices", "kstore"]
+    assert json.dumps(out["partitions"]) == json.dumps(raw["partitions"])  # in the file's order
+    assert out["indices"] == {"y": {"1": ["region=plain/f9c6"]}, "x": raw["indices"]["x"]}
+    back = pickle.loads(pickle.dumps(meta))
+    assert back == meta and back.columnar is False and back.files.partitions() == files.partitions()
+    # edits keep the form; only a file table with statistics and index values is columnar
+    edited = meta.with_partitions({"region=new/f1": {"table": "pub_slash_value/table/region=new/f1.parquet"}},
+                                  removed=["region=plain/f9c6"])
+    assert edited.columnar is False and list(edited.partitions) == ["region=a%20b/c%3Dd%25/f9c6", "region=new/f1"]
+    assert meta.with_files(files).columnar is True
+    assert pickle.loads(pickle.dumps(meta.with_files(files))).columnar is True
+    # several tables per partition: one row per file
+    multi = DatasetMetadata.from_dict({"dataset_metadata_version": 4, "dataset_uuid": "ds", "partitions": {
+        "a": {"files": {"core": "ds/core/a.parquet", "helper": "ds/helper/a.parquet"}},
+        "b": {"files": {"core": "ds/core/b.parquet"}}}})
+    assert multi.files.table.to_pydict() == {"label": ["a", "a", "b"], "table": ["core", "helper", "core"],
+                                             "key": ["ds/core/a.parquet", "ds/helper/a.parquet", "ds/core/b.parquet"]}
+    assert DatasetMetadata.new("ds").files.table.num_rows == 0 and DatasetMetadata.new("ds").columnar is False
+
+
 def test_partition_entry_without_files_wrapper_is_accepted():
     raw = {"dataset_metadata_version": 4, "dataset_uuid": "ds", "partitions": {"a": {"table": "ds/table/a.parquet"}}}
     meta = DatasetMetadata.from_dict(raw)

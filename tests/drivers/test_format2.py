@@ -74,6 +74,43 @@ def test_format1_dataset_accepts_commits_and_keeps_every_version(f1, uuid):
     assert load.load_main(st, uuid)[0].version == max(expected)
 
 
+#: the store calls of opening and planning the format-1 fixture ``h`` (kstore before
+#: format 2: log entries with the whole metadata, a statistics file, an index file), as
+#: they were before its metadata got a file table (issue #30): 1 get of _last_checkpoint,
+#: 1 listing of the log, 4 gets of its entries, 1 probe of the main file; then 1 get of the
+#: index file when a predicate uses the index, 1 of the statistics file when one needs them
+F1_PLAN_CALLS = {
+    "p": ([[("p", "==", 1)]], {"get": 5, "iter_prefix": 1, "exists": 1}, []),
+    "x": ([[("x", "==", 9)]], {"get": 6, "iter_prefix": 1, "exists": 1}, ["index"]),
+    "id": ([[("id", ">", 3)]], {"get": 6, "iter_prefix": 1, "exists": 1}, ["stats"]),
+    "x_id": ([[("x", "==", 6), ("id", "<", 9)]], {"get": 7, "iter_prefix": 1, "exists": 1}, ["index", "stats"]),
+}
+
+
+@pytest.mark.parametrize("case", list(F1_PLAN_CALLS))
+def test_format1_reads_make_the_same_store_calls(f1, case):
+    """A format-1 version's file table is built from its metadata (no call); its statistics
+    and index files are loaded only when a predicate needs them (issue #30)."""
+    pred, calls, loaded = F1_PLAN_CALLS[case]
+    counting = CountingStore(f1)
+    snap = kstore.open_dataset(counting, "h")
+    meta = snap.metadata
+    assert not meta.columnar and meta.stats_key and set(meta.indices) == {"x"}
+    assert meta.files.labels.to_pylist() == list(meta.partitions)
+    assert meta.files.table.column("key").to_pylist() == [meta.file_key(lab) for lab in meta.partitions]
+    assert dict(counting.calls) == {"get": 5, "iter_prefix": 1, "exists": 1}  # the file table cost nothing
+    plan = snap.plan(predicates=pred)
+    assert dict(counting.calls) == calls
+    got = [k for m, k in counting.keys if m == "get"][5:]
+    assert [("index" if k == meta.indices["x"] else "stats" if k == meta.stats_key else k) for k in got] == loaded
+    assert plan.store_calls == sum(calls.values())
+    every = kstore.read_dataset(f1, "h")
+    want = every[every.eval(" | ".join("(" + " & ".join(f"({c} {op} {v!r})" for c, op, v in conj) + ")"
+                                       for conj in pred))]
+    assert set(want["p"].map(lambda p: f"p={p}")) <= {t.label.split("/")[0] for t in plan.tasks}
+    assert ids(f1, "h", predicates=pred) == set(want["id"])
+
+
 def test_gc_across_format1_and_format2_versions(f1):
     for i in range(3):
         kstore.update_dataset(f1, "h", pd.DataFrame({"p": [1], "x": [50 + i], "id": [50 + i]}))
