@@ -475,7 +475,8 @@ def open_store(store: StoreLike, storage_options: Mapping[str, Any] | None = Non
     )
 
 
-def store_factory(store: StoreLike) -> Callable[[], Store]:
+def store_factory(store: StoreLike, *, dumps: Callable[[Any], bytes] | None = None,
+                  workers: str = "workers") -> Callable[[], Store]:
     """A picklable zero-argument factory for ``store`` (for Dask/Spark workers).
 
     URLs and picklable objects travel as they are; an unpicklable store raises
@@ -485,6 +486,11 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
     ----------
     store
         A path, URL, store or factory (:data:`StoreLike`).
+    dumps
+        The pickler the engine ships tasks with (default :func:`pickle.dumps`; Spark
+        passes cloudpickle's), tried here on the store or factory that will travel.
+    workers
+        What the engine calls its workers, for the error message.
 
     Returns
     -------
@@ -508,12 +514,12 @@ def store_factory(store: StoreLike) -> Callable[[], Store]:
         return _UrlFactory(url)  # the same in-process store in every thread
     target = store if callable(store) and not isinstance(store, Store) and not _is_kv_store(store) else opened
     try:
-        pickle.dumps(target)
+        (dumps or pickle.dumps)(target)
     except Exception as exc:
         if url:
             return _UrlFactory(url)
         raise StoreError(
-            f"store {type(target).__name__} cannot be pickled for workers; pass a URL or a "
+            f"store {type(target).__name__} cannot be pickled for {workers}; pass a URL or a "
             "picklable factory"
         ) from exc
     return _ObjFactory(target)

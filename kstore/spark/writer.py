@@ -59,7 +59,6 @@ from kstore.core.writer_options import WriteOptions
 from kstore.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
-    StoreError,
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 from kstore.spark.types import SPARK_SCHEMA_KEY, arrow_schema, dataset_type, schema_hint, to_storage
@@ -117,19 +116,6 @@ def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-class _StoreFactory:
-    """Rebuilds a store on an executor (pickled with Spark's cloudpickle)."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def __call__(self) -> Store:
-        return open_store(self.target)
-
-    def __repr__(self) -> str:
-        return f"spark_store_factory({self.target!r})"
-
-
 def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
     """A picklable store factory executors can use; memory stores are refused.
 
@@ -141,8 +127,6 @@ def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
     from kstore.io.memory import MemoryStore
     from kstore.io.s3 import S3Store
 
-    if isinstance(store, _StoreFactory):
-        return store
     if isinstance(store, str) and not store.startswith("memory://"):
         return store_factory(store)
     opened = MemoryStore() if isinstance(store, str) else open_store(store)
@@ -156,17 +140,10 @@ def spark_store_factory(store: StoreLike) -> Callable[[], Store]:
     url = getattr(opened, "url", None)
     if isinstance(url, str) and url:
         return store_factory(url)
-    target = store if callable(store) and not isinstance(store, Store) else opened
     from pyspark import cloudpickle
 
-    try:
-        cloudpickle.dumps(target)
-    except Exception as exc:
-        raise StoreError(
-            f"store {type(target).__name__} cannot be pickled for Spark executors; pass a URL or a "
-            "picklable factory"
-        ) from exc
-    return _StoreFactory(target)
+    return store_factory(store if callable(store) and not isinstance(store, Store) else opened,
+                         dumps=cloudpickle.dumps, workers="Spark executors")
 
 
 def _tz_like_base(file_schema: pa.Schema, base_schema: pa.Schema) -> pa.Schema:
