@@ -405,3 +405,21 @@ def test_pack_in_order_keeps_order_and_limits(costs, limit):
         nxt = cost[b[0].label]
         if nxt is not None and all(cost[t.label] is not None for t in a):
             assert sum(cost[t.label] for t in a) + nxt > limit
+
+
+def test_a_format1_partition_without_the_tables_file_is_not_planned():
+    """kartothek's multi-table datasets may lack a table in a partition: planning that table
+    skips it (no file: no rows), as it does for a format-2 version, instead of naming a file
+    that does not exist."""
+    raw = {"dataset_metadata_version": 4, "dataset_uuid": UUID, "partition_keys": ["p"],
+           "partitions": {"p=1/a": {"files": {"core": "ds/core/p=1/a.parquet", "extra": "ds/extra/p=1/a.parquet"}},
+                          "p=2/a": {"files": {"core": "ds/core/p=2/a.parquet"}}}}
+    meta = DatasetMetadata.from_dict(raw)
+    assert not meta.columnar
+    schema = pa.schema([("p", pa.int64()), ("x", pa.int64())])
+    extra = plan_read(meta, schema, None, table="extra")
+    assert [(t.label, t.key) for t in extra.tasks] == [("p=1/a", "ds/extra/p=1/a.parquet")]
+    core = plan_read(meta, schema, [[("p", ">=", 1)]], table="core")
+    assert [t.key for t in core.tasks] == ["ds/core/p=1/a.parquet", "ds/core/p=2/a.parquet"]
+    columnar = plan_read(meta.with_files(meta.files), schema, None, table="extra")
+    assert [t.key for t in columnar.tasks] == [t.key for t in extra.tasks]
