@@ -25,6 +25,9 @@ OVER_THE_LIMIT: dict[str, int] = {}
 #: engine, e.g. ``kstore.compact``); they turn them into a request value at once
 USER_SIGNATURES = {
     "kstore/blocks/snapshot.py:compact",
+    # the store users construct (boto3's names for the settings); 8 once the deprecated
+    # ``client=`` goes
+    "kstore/io/s3.py:__init__",
 }
 
 
