@@ -137,7 +137,8 @@ class DatasetMetadata:
         # every version's files are a file table: a mapping given (format 1, a test's
         # dict) becomes its format-1 view, the file table built from it on first use
         if not isinstance(self.partitions, ColumnarPartitions):
-            object.__setattr__(self, "partitions", ColumnarPartitions.of_mapping(dict(self.partitions)))
+            object.__setattr__(self, "partitions", ColumnarPartitions.of_mapping(
+                {label: _freeze(files) for label, files in self.partitions.items()}))
 
     def __repr__(self) -> str:
         keys = f", partition_keys={list(self.partition_keys)}" if self.partition_keys else ""

@@ -427,6 +427,16 @@ def test_metadata_is_immutable():
     with pytest.raises(TypeError):
         m2.partitions["a"]["table"] = "x"  # type: ignore[index]
     assert dict(meta.partitions) == {}  # the original is unchanged
+    given = {"a": {"table": "ds/table/a.parquet"}}
+    built = DatasetMetadata("ds", partitions=given)  # a mapping given to the constructor
+    given["a"]["table"] = "changed"
+    with pytest.raises(TypeError):
+        built.partitions["a"]["table"] = "x"  # type: ignore[index]
+    assert built.partitions["a"]["table"] == "ds/table/a.parquet" and not built.columnar
+    read = DatasetMetadata.from_dict({"dataset_metadata_version": 4, "dataset_uuid": "ds",
+                                      "partitions": {"a": {"files": {"table": "ds/table/a.parquet"}}}})
+    with pytest.raises(TypeError):
+        read.partitions["a"]["table"] = "x"  # type: ignore[index]
 
 
 def test_evolve_freezes_mappings():
