@@ -379,7 +379,7 @@ def test_copy_dataset_reads_identically(tmp_path, target_kind):
     for preds in ([[("x", "==", 1)]], [[("s", "in", ["s0", "s2"])]], [[("v", ">", 70.0)]], [[("id", "<=", 11)]],
                   [[("p", "==", "g"), ("v", "<", 76.0)]]):
         sp, dp = kstore.plan_read(src, UUID, predicates=preds), kstore.plan_read(dst, UUID, predicates=preds)
-        assert set(dp.partitions) == set(sp.partitions), preds
+        assert set(dp.labels) == set(sp.labels), preds
         assert [(s.kind, s.column, s.after) for s in dp.stages] == [(s.kind, s.column, s.after) for s in sp.stages]
         pd.testing.assert_frame_equal(by_id(kstore.read_dataset(dst, UUID, predicates=preds)),
                                       by_id(kstore.read_dataset(src, UUID, predicates=preds)))

@@ -60,7 +60,7 @@ def test_plans_of_one_snapshot_load_each_index_once(url):
     assert first.calls_detail == snap.open_calls  # index values travel in the state: no call
     second = snap.plan(predicates=[[("loc", "==", 4)]])
     assert second.calls_detail == snap.open_calls
-    assert set(first.partitions) and set(first.partitions) <= set(snap.metadata.partitions)
+    assert set(first.labels) and set(first.labels) <= set(snap.metadata.partitions)
 
 
 def test_concurrent_plans_of_one_snapshot_agree(url):

@@ -44,9 +44,9 @@ def s3_bucket(s3_client: Any) -> str:
 
 
 @pytest.fixture
-def s3_store(s3_endpoint: str, s3_bucket: str, s3_client: Any) -> S3Store:
+def s3_store(s3_endpoint: str, s3_bucket: str) -> S3Store:
     """An :class:`S3Store` on a new, empty bucket of the moto server."""
-    return S3Store(s3_bucket, endpoint_url=s3_endpoint, client=s3_client)
+    return S3Store(s3_bucket, endpoint_url=s3_endpoint)
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,7 @@ def test_schedules_on_s3(s3_endpoint):
     def make() -> S3Store:
         bucket = f"kstore-sim-{uuid.uuid4().hex[:16]}"
         client.create_bucket(Bucket=bucket)
-        return S3Store(bucket, endpoint_url=s3_endpoint, client=client)
+        return S3Store(bucket, endpoint_url=s3_endpoint)
 
     n = int(_N) if _N else 20
     stats = _run(range(5_000_000, 5_000_000 + n), make, Config())
