@@ -1,0 +1,82 @@
+package io.kstore.spark;
+
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.SaveMode;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
+import org.apache.spark.sql.sources.BaseRelation;
+import org.apache.spark.sql.sources.CreatableRelationProvider;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.RelationProvider;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * The {@code kstore} data source on the JVM: a HadoopFsRelation over the files of one pinned
+ * kstore version (Spark's own Parquet scan), planned by kstore's Python planner through py4j.
+ */
+public class DefaultSource implements DataSourceRegister, RelationProvider, CreatableRelationProvider {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    @Override
+    public String shortName() { return "kstore"; }
+
+    private static Map<String, String> javaOptions(scala.collection.immutable.Map<String, String> params) {
+        return new HashMap<>(CollectionConverters.asJava(params));
+    }
+
+    @Override
+    public BaseRelation createRelation(SQLContext sqlContext, scala.collection.immutable.Map<String, String> params) {
+        try {
+            String resolved = KstoreBridge.planner().resolve(JSON.writeValueAsString(javaOptions(params)));
+            JsonNode r = JSON.readTree(resolved);
+            StructType schema = (StructType) DataType.fromJson(r.get("schema").asText());
+            List<String> partitionColumns = JSON.convertValue(r.get("partition_columns"),
+                JSON.getTypeFactory().constructCollectionType(List.class, String.class));
+            StructField[] pfields = new StructField[partitionColumns.size()];
+            for (int i = 0; i < pfields.length; i++) pfields[i] = schema.apply(partitionColumns.get(i));
+            StructType partitionSchema = new StructType(pfields);
+            KstoreFileIndex index = new KstoreFileIndex(r.get("handle").toString(), new Path(r.get("root").asText()),
+                schema, partitionSchema, r.get("size").asLong(), r.get("version").asLong());
+            // dataSchema is the whole schema: HadoopFsRelation keeps its column order and takes
+            // the partition columns' values from the index (kstore's files do not hold them).
+            return new HadoopFsRelation(index, partitionSchema, schema, Option.empty(), new ParquetFileFormat(),
+                scala.collection.immutable.Map$.MODULE$.empty(), sqlContext.sparkSession());
+        } catch (java.io.IOException exc) {
+            throw new RuntimeException("kstore: bad JSON from the Python planner", exc);
+        }
+    }
+
+    @Override
+    public BaseRelation createRelation(SQLContext sqlContext, SaveMode mode,
+                                       scala.collection.immutable.Map<String, String> params, Dataset<Row> data) {
+        Map<String, String> options = javaOptions(params);
+        Map<String, Object> request = new LinkedHashMap<>();
+        String partitionColumns = options.remove("__partition_columns");  // DataFrameWriter.partitionBy (JSON)
+        request.put("mode", mode.name());
+        request.put("partition_by", partitionColumns);
+        request.put("partition_overwrite_mode",
+            sqlContext.sparkSession().conf().get("spark.sql.sources.partitionOverwriteMode", "STATIC"));
+        request.put("options", options);
+        try {
+            KstoreBridge.planner().write(data, JSON.writeValueAsString(request));
+        } catch (java.io.IOException exc) {
+            throw new RuntimeException(exc);
+        }
+        return createRelation(sqlContext, params);
+    }
+}

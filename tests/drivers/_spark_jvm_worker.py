@@ -1,0 +1,129 @@
+"""Runs in its own process for tests/drivers/test_spark_jvm.py: a fresh ``local[2]`` session with
+kstore's JVM source on ``spark.jars`` (a Python ``kstore`` source cannot share a session with it:
+Spark refuses to register it, DATA_SOURCE_ALREADY_EXISTS). Writes one JSON object of results
+to argv[2]; each check records its value or its error."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import traceback
+
+import numpy as np
+import pandas as pd
+
+import kstore
+
+
+def main(root: str, out_path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    from kstore.spark import jvm
+
+    results: dict = {}
+
+    def check(name, fn):
+        try:
+            results[name] = fn()
+        except Exception:  # noqa: BLE001  (recorded for the test to report)
+            results[name] = {"error": traceback.format_exc()[-3000:]}
+
+    n = 2000
+    pdf = pd.DataFrame({
+        "day": [dt.date(2024, 1, 1) + dt.timedelta(days=int(i % 5)) for i in range(n)],
+        "id": np.arange(n, dtype="int64"),
+        "qty": np.arange(n) * 1.5,
+        "name": [f"n{i % 7}" for i in range(n)],
+    })
+    url = "file://" + root
+    kstore.store_dataset(url, "ds", pdf, partition_on=["day"], secondary_indices=["id"])
+    spark = (jvm.configure(SparkSession.builder.master("local[2]"))
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.adaptive.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    planner = jvm.install(spark)
+    df = spark.read.format("kstore").option("dataset_uuid", "ds").load(root)
+
+    def scan(q):
+        rows = q.collect()
+        leaves = q._jdf.queryExecution().executedPlan().collectLeaves()
+        for i in range(leaves.size()):
+            node = leaves.apply(i)
+            if node.nodeName().endswith("Scan parquet") or "FileSourceScan" in node.getClass().getName():
+                return rows, int(node.metrics().apply("numFiles").value()), node.toString()
+        raise AssertionError("no file scan in " + q._jdf.queryExecution().executedPlan().toString())
+
+    def rows_equal():
+        got = sorted((str(r.day), r.id, r.qty, r.name) for r in df.collect())
+        want = sorted((str(pd.Timestamp(r.day).date()), int(r.id), float(r.qty), r.name)
+                      for r in kstore.read_dataset(url, "ds").itertuples())
+        return {"equal": got == want, "n": len(got), "columns": df.columns}
+
+    def select_one():
+        _, _, text = scan(df.select("qty"))
+        return {"scan": text}
+
+    def planned(q, predicates):
+        rows, files, text = scan(q)
+        plan = kstore.plan_read(url, "ds", predicates=predicates)
+        return {"rows": len(rows), "files_read": files, "planned": len(plan.tasks), "scan": text,
+                "callback_planned": len(planner.last_plan.tasks)}
+
+    check("rows_equal", rows_equal)
+    check("select_one", select_one)
+    check("partition_filter", lambda: planned(df.filter("day = DATE'2024-01-02'").select("qty"),
+                                              [[("day", "==", dt.date(2024, 1, 2))]]))
+    check("index_filter", lambda: planned(df.filter("id = 7"), [[("id", "==", 7)]]))
+    check("index_in_or", lambda: planned(df.filter("id IN (7, 8) OR (id = 1000 AND day >= DATE'2024-01-01')"),
+                                         [[("id", "in", [7, 8])], [("id", "==", 1000)]]))
+    check("string_partition_expr", lambda: planned(df.filter("cast(day as string) LIKE '%-03'"), None))
+
+    def writes():
+        out = {}
+        wdf = spark.createDataFrame([(dt.date(2024, 2, 1) + dt.timedelta(days=i % 3), i, float(i)) for i in range(30)],
+                                    "day date, id long, v double")
+        wdf.write.format("kstore").partitionBy("day").mode("overwrite").option("dataset_uuid", "w").save(root)
+        meta = kstore.load_metadata(url, "w")
+        out["partition_keys"] = list(meta.partition_keys)
+        out["after_overwrite"] = len(kstore.read_dataset(url, "w"))
+        more = spark.createDataFrame([(dt.date(2024, 2, 10), 100 + i, 1.0) for i in range(5)], "day date, id long, v double")
+        more.write.format("kstore").partitionBy("day").mode("append").option("dataset_uuid", "w").save(root)
+        out["after_append"] = len(kstore.read_dataset(url, "w"))
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        one = spark.createDataFrame([(dt.date(2024, 2, 1), 999, 9.0)], "day date, id long, v double")
+        one.write.format("kstore").partitionBy("day").mode("overwrite").option("dataset_uuid", "w").save(root)
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+        back = kstore.read_dataset(url, "w")
+        out["after_dynamic"] = len(back)
+        out["day1_ids"] = sorted(int(i) for i in back[pd.to_datetime(back["day"]) == pd.Timestamp("2024-02-01")]["id"])
+        out["jvm_read_count"] = spark.read.format("kstore").option("dataset_uuid", "w").load(root).count()
+        return out
+
+    check("writes", writes)
+
+    def python_register():
+        import kstore.spark as ks
+
+        try:
+            ks.register(spark)
+            outcome = "registered"
+        except Exception as exc:  # noqa: BLE001
+            outcome = type(exc).__name__ + ": " + str(exc).splitlines()[0]
+        plan = spark.read.format("kstore").option("dataset_uuid", "ds").load(root)._jdf.queryExecution().analyzed()
+        leaf = plan.collectLeaves().apply(0)
+        try:
+            served = leaf.relation().location().getClass().getName()  # LogicalRelation(HadoopFsRelation)
+        except Exception:  # noqa: BLE001  (another relation: a Python data source)
+            served = plan.toString()
+        return {"register": outcome, "served_by": "jvm" if served == "io.kstore.spark.KstoreFileIndex" else served}
+
+    check("python_register", python_register)
+    spark.stop()
+    with open(out_path, "w") as fh:
+        json.dump(results, fh)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
