@@ -3,12 +3,15 @@
 # Java 17 (for PySpark) is installed with apt-get when `java` is missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v java >/dev/null 2>&1; then
+# Java 17 runs Spark; its javac builds kstore's JVM data source (scripts/build_jvm.sh).
+if ! command -v javac >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== installing Java 17 for Spark"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    echo "== installing the Java 17 JDK for Spark and kstore's JVM data source"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
+  elif ! command -v java >/dev/null 2>&1; then
+    echo "WARNING: java not found; Spark tests will fail. Install a Java 17 JDK." >&2
   else
-    echo "WARNING: java not found; Spark tests will fail. Install a Java 17 runtime." >&2
+    echo "WARNING: javac not found: kstore's JVM data source is not built (format('kstore') stays the Python one). Install a Java 17 JDK." >&2
   fi
 fi
 PY=${PYTHON:-python3}
@@ -27,4 +30,9 @@ if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STA
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e ".[test,dask,spark,s3,docs]" \
     --config-settings editable_mode=compat
   touch "$STAMP"
+fi
+# kstore's JVM data source (kstore.spark.configure): rebuilt when a Java source is newer than the jar
+JAR=kstore/spark/jvm/kstore-spark.jar
+if command -v javac >/dev/null 2>&1 && { [ ! -f "$JAR" ] || [ -n "$(find kstore/spark/jvm/src -newer "$JAR" -type f | head -1)" ]; }; then
+  bash scripts/build_jvm.sh .venv/bin/python >/dev/null
 fi

@@ -31,6 +31,7 @@ warnings.filterwarnings("ignore", message=r"PySpark does not yet fully support p
                         module=r"pyspark(\.|$)")
 
 import functools  # noqa: E402
+import logging  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from typing import TYPE_CHECKING, ParamSpec, TypeVar  # noqa: E402
 
@@ -45,13 +46,21 @@ from kstore.core.arguments import (  # noqa: E402
 from kstore.core.predicates import Predicates  # noqa: E402
 from kstore.errors import InvalidArgumentError  # noqa: E402
 from kstore.io.store import StoreLike  # noqa: E402
-from kstore.spark.datasource import KstoreDataSource, KstoreDataSourceNoPushdown  # noqa: E402
+from kstore.spark.datasource import (  # noqa: E402
+    PYTHON_SOURCE_NAME,
+    KstoreDataSource,
+    KstoreDataSourceNoPushdown,
+    KstorePythonDataSource,
+    KstorePythonDataSourceNoPushdown,
+)
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
 from kstore.spark.types import arrow_schema, spark_schema  # noqa: E402
 from kstore.spark.writer import compact, store_dataset, update_dataset  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("kstore.spark")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,6 +71,7 @@ __all__ = [
     "update_dataset",
     "read_dataset",
     "register",
+    "configure",
     "store_option",
     "scans_keep_own_read_plan",
     "arrow_schema",
@@ -107,40 +117,130 @@ def scans_keep_own_read_plan(spark: SparkSession) -> bool:
         return False
 
 
-def register(spark: SparkSession, *, filter_pushdown: bool = True) -> None:
-    """Register the ``kstore`` data source with ``spark`` (once per session is enough).
+def register(spark: SparkSession, *, filter_pushdown: bool = True) -> str:
+    """Make kstore's data sources ready in ``spark`` (once per session is enough).
 
-    Without it, a session still has the ``kstore`` source PySpark discovers in the
-    installed ``pyspark_kstore`` package (no filter pushdown, no session setting changed);
-    ``register`` replaces it in this session.
+    Where the session carries kstore's JVM source (:func:`configure`), ``format("kstore")``
+    is that source: ``register`` connects it to kstore's planner in this driver and
+    registers the Python data source as ``format("kstore_python")`` (Spark looks up JVM
+    sources first and refuses a Python source of the same name). Elsewhere the Python data
+    source is ``format("kstore")``, as PySpark already discovers it in every session
+    (``pyspark_kstore``, no filter pushdown); ``register`` replaces that entry.
 
     With ``filter_pushdown`` (default) on a Spark whose scans keep their own read plan
-    (:func:`scans_keep_own_read_plan`), filters Spark pushes prune files too, and
-    ``spark.sql.python.filterPushdown.enabled`` is set (Spark refuses a Python reader with
-    ``pushFilters`` otherwise). On Spark 4.3, or without ``filter_pushdown``, Spark
-    evaluates ``.filter`` itself and only the ``predicates`` option reaches kstore's
-    planner: rows are exact either way (see :mod:`kstore.spark.datasource`).
+    (:func:`scans_keep_own_read_plan`), filters Spark pushes to the Python source prune files
+    too, and ``spark.sql.python.filterPushdown.enabled`` is set (Spark refuses a Python
+    reader with ``pushFilters`` otherwise). On Spark 4.3, or without ``filter_pushdown``,
+    Spark evaluates ``.filter`` itself and only the ``predicates`` option reaches kstore's
+    planner: rows are exact either way (see :mod:`kstore.spark.datasource`). The JVM source
+    always prunes by the filters Spark pushes.
 
     Parameters
     ----------
     spark
         The ``SparkSession`` to register the data source with.
     filter_pushdown
-        Let Spark push ``.filter`` conditions to kstore's planner where that is exact.
+        Let Spark push ``.filter`` conditions to the Python source's planner where that is exact.
+
+    Returns
+    -------
+    str
+        The format name of kstore's Python data source in this session: ``"kstore"``, or
+        ``"kstore_python"`` where the JVM source owns ``"kstore"``.
 
     Examples
     --------
     With a SparkSession ``spark`` (tested in ``tests/drivers/test_spark.py``)::
 
         import kstore.spark as ks
-        ks.register(spark)
-        spark.read.format("kstore").option("dataset_uuid", "sales").load("/data/store")
+        ks.register(spark)  # 'kstore' (no JVM source on this session)
+        spark.read.format("kstore").load("/data/store/sales")
     """
-    if as_bool(filter_pushdown, "filter_pushdown") and scans_keep_own_read_plan(spark):
+    from kstore.spark import jvm
+
+    pushdown = as_bool(filter_pushdown, "filter_pushdown") and scans_keep_own_read_plan(spark)
+    if pushdown:
         spark.conf.set(_PUSHDOWN_CONF, "true")
-        spark.dataSource.register(KstoreDataSource)
+    if jvm.on_session(spark):
+        jvm.install(spark)
+        spark.dataSource.register(KstorePythonDataSource if pushdown else KstorePythonDataSourceNoPushdown)
+        return PYTHON_SOURCE_NAME
+    spark.dataSource.register(KstoreDataSource if pushdown else KstoreDataSourceNoPushdown)
+    return "kstore"
+
+
+def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """Put kstore's JVM data source on a session builder: the one line a Spark job needs.
+
+    As ``configure_spark_with_delta_pip`` does for Delta Lake: the jar shipped inside kstore
+    (``kstore/spark/jvm/kstore-spark.jar``) joins ``spark.jars``, and the session that
+    ``getOrCreate()`` returns is :func:`register`-ed. ``format("kstore")`` is then Spark's
+    own Parquet scan over kstore's plan (column pruning, partition pruning and kstore's
+    index and statistics skipping for the filters Spark pushes), and writes see
+    ``partitionBy``, every save mode and the session's ``partitionOverwriteMode``.
+
+    Where the jar is absent (not built: ``scripts/build_jvm.sh``), or the session existed
+    before (its JVM started without the jar), ``format("kstore")`` stays kstore's Python
+    data source, and a warning says so.
+
+    Parameters
+    ----------
+    builder
+        A ``SparkSession.Builder`` (``SparkSession.builder.master(...)...``).
+
+    Returns
+    -------
+    SparkSession.Builder
+        The same builder, configured; chain more ``.config(...)`` and ``.getOrCreate()``.
+
+    Examples
+    --------
+    Tested in ``tests/drivers/test_spark_jvm.py``::
+
+        from pyspark.sql import SparkSession
+        import kstore.spark as ks
+        spark = ks.configure(SparkSession.builder.master("local[2]")).getOrCreate()
+        df.write.format("kstore").partitionBy("day").mode("overwrite").save("/data/store/events")
+        spark.read.format("kstore").load("/data/store/events").filter("day = DATE'2024-01-05'")
+    """
+    from kstore.spark import jvm
+
+    jar = jvm.jar_path()
+    if jar is None:
+        log.warning("kstore's JVM data source is not built (run scripts/build_jvm.sh): format('kstore') is kstore's "
+                    "Python data source")
     else:
-        spark.dataSource.register(KstoreDataSourceNoPushdown)
+        jars = builder._options.get("spark.jars")
+        if not jars or jar not in str(jars).split(","):
+            builder.config("spark.jars", f"{jars},{jar}" if jars else jar)
+    if not isinstance(builder, _RegisteringBuilder):
+        builder.__class__ = _registering(type(builder))
+    return builder
+
+
+class _RegisteringBuilder:
+    """Marks a builder whose ``getOrCreate`` registers kstore's data sources."""
+
+
+_REGISTERING: dict[type, type] = {}
+
+
+def _registering(base: type[SparkSession.Builder]) -> type:
+    """``base`` with a ``getOrCreate`` that registers kstore's data sources (one class per base)."""
+    if base in _REGISTERING:
+        return _REGISTERING[base]
+
+    def getOrCreate(self: SparkSession.Builder) -> SparkSession:
+        from kstore.spark import jvm
+
+        spark = base.getOrCreate(self)
+        if register(spark) == "kstore" and jvm.jar_path() is not None:
+            log.warning("this SparkSession started before kstore.spark.configure (its JVM has no kstore jar): "
+                        "format('kstore') is kstore's Python data source; stop it and build a new one")
+        return spark
+
+    cls = _REGISTERING[base] = type(base.__name__, (_RegisteringBuilder, base), {"getOrCreate": getOrCreate})
+    return cls
 
 
 def store_option(store: StoreLike) -> str:
@@ -261,8 +361,7 @@ def read_dataset(
         if spark is None:
             raise InvalidArgumentError(f"kstore.spark.read_dataset (dataset {dataset_uuid!r}): no SparkSession is "
                                        "active in this thread; start one or pass spark=")
-    register(spark)
-    reader = spark.read.format("kstore").option("dataset_uuid", dataset_uuid)
+    reader = spark.read.format(register(spark)).option("dataset_uuid", dataset_uuid)
     if columns:
         reader = reader.option("columns", ",".join(columns))
     if predicates is not None:

@@ -556,3 +556,46 @@ class KstoreDataSourceNoPushdown(KstoreDataSource):
     """
 
     _reader_cls = KstoreReaderNoPushdown
+
+
+#: The Python data source's name in a session that carries kstore's JVM source (which owns
+#: ``"kstore"``: Spark looks up JVM sources first and refuses a Python source of the same name).
+PYTHON_SOURCE_NAME = "kstore_python"
+
+
+class _PythonSourceName:
+    @classmethod
+    def name(cls) -> str:
+        """``"kstore_python"``: the name that does not clash with the JVM ``kstore`` source."""
+        return PYTHON_SOURCE_NAME
+
+
+class KstorePythonDataSource(_PythonSourceName, KstoreDataSource):
+    """:class:`KstoreDataSource` as ``format("kstore_python")``, for sessions with kstore's JVM
+    source (:func:`kstore.spark.configure`); :func:`kstore.spark.register` registers it there.
+
+    It serves stores only kstore's Python layer opens (``memory://`` is refused either way,
+    minimalkv URLs, store objects and factories) and :func:`kstore.spark.read_dataset`.
+
+    Attributes
+    ----------
+    options : dict[str, str]
+        The data source options, as for :class:`KstoreDataSource`.
+
+    Examples
+    --------
+    >>> from kstore.spark.datasource import KstorePythonDataSource
+    >>> KstorePythonDataSource.name()
+    'kstore_python'
+    """
+
+
+class KstorePythonDataSourceNoPushdown(_PythonSourceName, KstoreDataSourceNoPushdown):
+    """:class:`KstoreDataSourceNoPushdown` named ``kstore_python``: what
+    :func:`kstore.spark.register` registers next to the JVM source where filter pushdown
+    would not be exact (see :class:`KstorePythonDataSource`; ``options`` as there).
+
+    >>> from kstore.spark.datasource import KstorePythonDataSourceNoPushdown as Source
+    >>> Source.name(), Source({"path": "/data/store/sales"}).options["path"]
+    ('kstore_python', '/data/store/sales')
+    """

@@ -194,14 +194,36 @@ def check_options(options: Mapping[str, str], known: Sequence[str], verb: str) -
 
 
 def store_and_dataset(options: Any, verb: str) -> tuple[str, str]:
-    """The store path and dataset uuid of data source options (clear errors when missing)."""
+    """The store path and dataset uuid of data source options (clear errors when missing).
+
+    As with Delta Lake, a path names a dataset: without ``dataset_uuid``, the last segment
+    of ``path`` is the dataset and the rest is the store (``/data/store/sales`` is dataset
+    ``sales`` in store ``/data/store``; a URL's query string stays with the store). With
+    ``dataset_uuid``, ``path`` is the store.
+
+    >>> store_and_dataset({"path": "/data/store/sales"}, "load")
+    ('/data/store', 'sales')
+    >>> store_and_dataset({"path": "s3://bucket/p/sales/?endpoint_url=http://h:9"}, "save")
+    ('s3://bucket/p?endpoint_url=http://h:9', 'sales')
+    >>> store_and_dataset({"path": "/data/store", "dataset_uuid": "sales"}, "load")
+    ('/data/store', 'sales')
+    """
     path = options.get("path") or options.get("store")
     if not path:
-        raise InvalidArgumentError(f"the kstore data source needs a store: .{verb}(url) or .option('store', url)")
+        raise InvalidArgumentError(f"the kstore data source needs a dataset path: .{verb}('<store>/<dataset>'), "
+                                   f"or .{verb}(store) with .option('dataset_uuid', ...)")
     uuid = options.get("dataset_uuid")
-    if not uuid:
-        raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...)")
-    return path, uuid
+    if uuid:
+        return path, uuid
+    if path.startswith(_STORE_PREFIX):
+        raise InvalidArgumentError("the kstore data source needs .option('dataset_uuid', ...) with a store object")
+    base, sep, query = path.partition("?")
+    stripped = base.rstrip("/")
+    parent, slash, name = stripped.rpartition("/")
+    if not slash or not name or not parent or parent.endswith((":", ":/")):
+        raise InvalidArgumentError(f"the kstore data source needs a dataset: {path!r} names no dataset inside a "
+                                   f"store; pass '<store>/<dataset>' or .option('dataset_uuid', ...)")
+    return parent + sep + query, name
 
 
 def resolve_source(options: Mapping[str, str]) -> ReadSource:

@@ -1,8 +1,9 @@
-"""kstore's JVM data source (spike for issue #31): Spark's Parquet scan over kstore's plan.
+"""kstore's JVM data source (issue #31): Spark's Parquet scan over kstore's plan.
 
-The JVM source and the Python ``kstore`` source cannot share a session (Spark refuses to
-register a Python source under the name of a JVM one), so every check runs in one fresh
-``local[2]`` session in a subprocess (``_spark_jvm_worker.py``); each test asserts on its part.
+A session with the JVM source differs from the test suite's shared session (the jar must be
+on ``spark.jars`` when the JVM starts, and there ``format("kstore")`` is the JVM source), so
+every check runs in one fresh ``local[2]`` session in a subprocess (``_spark_jvm_worker.py``),
+started with ``kstore.spark.configure``; each test asserts on its part.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def _build_jar() -> None:
     if JAR.exists() and all(s.stat().st_mtime <= JAR.stat().st_mtime for s in sources):
         return
     if shutil.which("javac") is None:
-        pytest.skip("kstore's JVM source needs javac (JDK 17) to build kstore-spark.jar")
+        message = "kstore's JVM source needs javac (JDK 17) to build kstore-spark.jar (scripts/setup.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI machines have a JDK: a missing one is a broken setup, not a skip
+        pytest.skip(message)
     subprocess.run(["bash", str(REPO / "scripts" / "build_jvm.sh"), sys.executable], check=True, timeout=300)
 
 
@@ -86,10 +90,25 @@ def test_jvm_write_partition_by_modes_and_dynamic_overwrite(results):
     assert r["jvm_read_count"] == 26
 
 
-def test_jvm_source_wins_the_name(results):
-    # Spark looks up JVM sources (ServiceLoader) before Python ones; registering a Python
-    # "kstore" raises DATA_SOURCE_ALREADY_EXISTS unless the session already had one (then it
-    # replaces that entry, and reads still go to the JVM source).
+def test_jvm_source_wins_the_name_python_source_is_kstore_python(results):
+    # Spark looks up JVM sources (ServiceLoader) before Python ones and refuses a Python
+    # source of the same name: register() gives the Python source "kstore_python" there,
+    # and read_dataset (the Python source's options) keeps working on the session.
     r = _ok(results, "python_register")
-    assert r["served_by"] == "jvm"
-    assert r["register"] == "registered" or "DATA_SOURCE_ALREADY_EXISTS" in r["register"]
+    assert r["served_by"] == "jvm" and r["register"] == "kstore_python"
+    assert r["read_dataset"] == 10 and r["python_source"] == 2000
+
+
+def test_jvm_delta_idioms_on_a_path(results):
+    r = _ok(results, "delta_idioms")
+    assert r["bare_save"] == 12
+    assert "exists" in r["second_bare_save"].lower(), r["second_bare_save"]
+    assert r["after_ignore"] == 12
+    assert r["partition_keys"] == ["day"]
+    assert r["after_append"] == list(range(12)) + [100]
+    assert r["version_as_of"] == r["version_as_of_want"] == 12
+    assert r["timestamp_as_of"] == 12
+    assert r["after_replace_where"] == r["want_after_replace_where"]
+    # SQL on a path needs an analyzer rule (spark.sql.extensions), not built yet (#31): Spark's
+    # own refusal must stay the answer until then, not a wrong result
+    assert "UNSUPPORTED_DATASOURCE_FOR_DIRECT_QUERY" in r["sql_on_path"], r["sql_on_path"]

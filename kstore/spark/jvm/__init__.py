@@ -1,19 +1,13 @@
-"""kstore's JVM data source (spike, issue #31): Spark's own Parquet scan over kstore's plan.
+"""kstore's JVM data source: Spark's own Parquet scan over kstore's plan (issue #31).
 
 The Java side (``src/io/kstore/spark``, built into ``kstore-spark.jar`` by
-``scripts/build_jvm.sh``) is a V1 ``kstore`` source: ``HadoopFsRelation`` over a
-``KstoreFileIndex`` with Spark's ``ParquetFileFormat``. It calls back into this module's
-:class:`Planner` in the driver through PySpark's py4j callback server, so kstore's format
-(metadata, log, indices, statistics, commits) stays defined once, in Python.
-
-Use::
-
-    from kstore.spark import jvm
-    spark = jvm.configure(SparkSession.builder.master("local[2]")).getOrCreate()
-    jvm.install(spark)
-    spark.read.format("kstore").option("dataset_uuid", "ds").load("/data/store")
-
-Spike limits: local-directory stores only; see ``DESIGN.md`` next to this file.
+``scripts/build_jvm.sh``, which ``scripts/setup.sh`` runs) is a V1 ``kstore`` source:
+``HadoopFsRelation`` over a ``KstoreFileIndex`` with Spark's ``ParquetFileFormat``. It calls
+back into this module's :class:`Planner` in the driver through PySpark's py4j callback
+server, so kstore's format (metadata, log, indices, statistics, commits) stays defined once,
+in Python. Users do not call this module: :func:`kstore.spark.configure` puts the jar on a
+session builder and :func:`kstore.spark.register` (which ``configure``'s session calls)
+installs the planner. Design notes and limits: ``DESIGN.md`` next to this file.
 """
 
 from __future__ import annotations
@@ -29,11 +23,13 @@ from kstore.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.session import SparkSession as _Session
 
-__all__ = ["jar_path", "configure", "install", "Planner"]
+__all__ = ["jar_path", "on_session", "install", "Planner"]
 
 _JAR = os.path.join(os.path.dirname(__file__), "kstore-spark.jar")
+#: Resolved reads kept per driver (a plan after eviction resolves the pinned version again).
+_CACHED_SOURCES = 256
+_VERSION_OPTIONS = {"version", "as_of", "versionasof", "timestampasof"}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -42,12 +38,14 @@ def jar_path() -> str | None:
     return _JAR if os.path.exists(_JAR) else None
 
 
-def configure(builder: _Session.Builder) -> _Session.Builder:
-    """Put the JVM ``kstore`` source on a session builder (``spark.jars``)."""
-    jar = jar_path()
-    if jar is None:
-        raise InvalidArgumentError("kstore's JVM data source is not built: run scripts/build_jvm.sh")
-    return builder.config("spark.jars", jar)
+def on_session(spark: SparkSession) -> bool:
+    """Whether ``spark``'s driver JVM has kstore's JVM source (its jar was on the session's
+    ``spark.jars`` when the context started). False without JVM access (Spark Connect)."""
+    try:
+        bridge = spark.sparkContext._jvm.io.kstore.spark.KstoreBridge  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001  (Spark Connect: no py4j gateway)
+        return False
+    return "JavaPackage" not in type(bridge).__name__
 
 
 def _json_value(value: Any) -> Any:
@@ -92,33 +90,52 @@ class Planner:
         self.last_plan: Any = None
         self.plans = 0
 
-    def resolve(self, options_json: str) -> str:
-        from kstore.blocks.snapshot import open_snapshot
-        from kstore.spark.reader import READ_OPTIONS, plan, resolve_source
+    def _remember(self, key: str, source: Any) -> None:
+        with self._lock:
+            self._sources.pop(key, None)
+            self._sources[key] = source
+            while len(self._sources) > _CACHED_SOURCES:
+                self._sources.pop(next(iter(self._sources)))
 
-        options = {k: v for k, v in json.loads(options_json).items()
-                   if k.lower() in {o.lower() for o in READ_OPTIONS} | {"versionasof", "timestampasof"}}
-        source = resolve_source(options)
-        store = source.store()
-        root = getattr(store, "root", None)
-        if root is None or not hasattr(store, "file_path"):
-            raise InvalidArgumentError(f"the JVM kstore source reads local-directory stores only in this spike, "
-                                       f"not {type(store).__name__}")
-        meta = open_snapshot(store, source.dataset_uuid, version=source.version).metadata
-        full, stats = plan(source)
-        from kstore.core.planning import file_sizes
+    def _source(self, handle_json: str) -> Any:
+        from kstore.spark.reader import resolve_source
 
-        size = sum(file_sizes(full, stats).values()) if stats is not None else 0
-        handle = {"n": len(self._sources), "dataset_uuid": source.dataset_uuid, "version": source.version}
+        handle = json.loads(handle_json)
         key = json.dumps(handle, sort_keys=True)
         with self._lock:
-            self._sources[key] = source
+            source = self._sources.get(key)
+        if source is None:
+            options = dict(handle["options"])
+            if handle["version"] is not None:
+                options["version"] = str(handle["version"])
+            source = resolve_source(options)
+            self._remember(key, source)
+        return source
+
+    def resolve(self, options_json: str) -> str:
+        """Pin the version the options name (``versionAsOf`` / ``timestampAsOf`` included):
+        its Spark schema, partition columns, root and size, and a handle for :meth:`plan`."""
+        from kstore.blocks.snapshot import open_snapshot
+        from kstore.core.planning import file_sizes
+        from kstore.spark.reader import plan, resolve_source
+
+        options = {k: v for k, v in json.loads(options_json).items() if not k.startswith("__")}
+        source = resolve_source(options)
+        store = source.store()
+        root = _local_root(store)
+        full, stats = plan(source)
+        size = sum(file_sizes(full, stats).values()) if stats is not None else 0
+        partition_keys = open_snapshot(store, source.dataset_uuid, version=source.version).metadata.partition_keys
+        # the handle names the pinned version and the options, so an evicted source resolves again
+        pinned = {k: v for k, v in options.items() if k.lower() not in _VERSION_OPTIONS}
+        handle = {"options": pinned, "version": source.version}
+        self._remember(json.dumps(handle, sort_keys=True), source)
         return json.dumps({
             "handle": handle,
             "version": source.version,
             "schema": source.spark_schema.json(),
-            "partition_columns": [c for c in meta.partition_keys if c in source.columns],
-            "root": "file://" + os.path.join(os.path.abspath(root), source.dataset_uuid),
+            "partition_columns": [c for c in partition_keys if c in source.spark_schema.names],
+            "root": "file://" + os.path.join(root, source.dataset_uuid),
             "size": int(size),
         })
 
@@ -127,7 +144,7 @@ class Planner:
         from kstore.core.planning import file_sizes
         from kstore.core.predicates import Term, bind
 
-        source = self._sources[json.dumps(json.loads(handle_json), sort_keys=True)]
+        source = self._source(handle_json)
         raw = json.loads(predicates_json)
         pushed: list[tuple[Term, ...]] | None = None
         if raw:
@@ -168,57 +185,72 @@ class Planner:
         return json.dumps({"version": full.version, "files": files})
 
     def write(self, jdf: Any, request_json: str) -> str:
+        """Write a Java ``Dataset`` with kstore's Python data source (one commit per job).
+
+        Spark's save mode, ``partitionBy`` columns and the session's
+        ``partitionOverwriteMode`` (what the Python data source API cannot see) become that
+        source's options; every other option (``replaceWhere``, ``mergeSchema``,
+        ``secondary_indices``, ...) passes through unchanged and is checked there.
+        """
         from pyspark.sql import DataFrame
 
-        from kstore.blocks.snapshot import open_snapshot
-        from kstore.errors import DatasetNotFoundError
-        from kstore.spark.writer import store_dataset
+        from kstore.spark.datasource import PYTHON_SOURCE_NAME
 
         request = json.loads(request_json)
-        options = {k.lower(): v for k, v in request["options"].items()}
-        store = options.get("path") or options.get("store")
-        uuid = options.get("dataset_uuid")
-        if not store or not uuid:
-            raise InvalidArgumentError("the kstore JVM source needs .save(store) and .option('dataset_uuid', ...)")
-        partition_on = json.loads(request["partition_by"]) if request.get("partition_by") else None
-        indices = options.get("secondary_indices")
-        df = DataFrame(jdf, self._spark)
-        save_mode = request["mode"]
-        dynamic = str(request.get("partition_overwrite_mode", "")).lower() == "dynamic"
-        try:
-            open_snapshot(store, uuid)
-            exists = True
-        except DatasetNotFoundError:
-            exists = False
-        if save_mode == "Ignore" and exists:
-            return "ignored"
-        mode = {"Append": "append", "ErrorIfExists": "error", "Ignore": "error",
-                "Overwrite": "overwrite_partitions" if dynamic and exists else "overwrite"}[save_mode]
-        if mode in ("append", "overwrite_partitions") and not exists:
-            mode = "error"
-        store_dataset(store, uuid, df, mode=mode, partition_on=partition_on,
-                      secondary_indices=indices.split(",") if indices else None)
-        return mode
+        options = dict(request["options"])
+        given = {k.lower(): k for k in options}
+        partition_by = json.loads(request["partition_by"]) if request.get("partition_by") else None
+        if partition_by:
+            named = options.get(given.get("partition_on", ""), "")
+            listed = [c.strip() for c in named.split(",") if c.strip()]
+            if listed and listed != partition_by:
+                raise InvalidArgumentError(f"partitionBy{tuple(partition_by)} and option partition_on={named!r} "
+                                           "disagree; pass one of them")
+            options[given.get("partition_on", "partition_on")] = ",".join(partition_by)
+        mode = request["mode"]
+        spark_mode = "overwrite" if mode == "Overwrite" else "append"
+        if mode in ("ErrorIfExists", "Ignore") and "write_mode" not in given:
+            options["write_mode"] = "error" if mode == "ErrorIfExists" else "ignore"
+        session_mode = str(request.get("partition_overwrite_mode") or "").lower()
+        if (spark_mode == "overwrite" and session_mode == "dynamic"
+                and not {"partitionoverwritemode", "replacewhere", "write_mode"} & set(given)):
+            options["partitionOverwriteMode"] = "dynamic"
+        DataFrame(jdf, self._spark).write.format(PYTHON_SOURCE_NAME).mode(spark_mode).options(**options).save()
+        return spark_mode
 
     class Java:
         implements = ["io.kstore.spark.KstorePlanner"]
+
+
+def _local_root(store: Any) -> str:
+    """The directory of a local store (the JVM source reads files through Hadoop's ``file:``)."""
+    root = getattr(store, "root", None)
+    if root is None or not hasattr(store, "file_path"):
+        raise InvalidArgumentError(
+            f"format('kstore') on the JVM reads datasets in a local directory (a path or file:// URL), not a "
+            f"{type(store).__name__}; read this store with format('kstore_python') or kstore.spark.read_dataset")
+    return os.path.abspath(root)
 
 
 _installed: dict[int, Planner] = {}
 
 
 def install(spark: SparkSession) -> Planner:
-    """Register kstore's :class:`Planner` with this driver's JVM (py4j callback server)."""
+    """Register kstore's :class:`Planner` with this driver's JVM (py4j callback server), once
+    per SparkContext; :func:`kstore.spark.register` calls it where :func:`on_session`."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     sc = spark.sparkContext
-    gateway = sc._gateway  # type: ignore[attr-defined]
+    key = id(sc)
+    planner = _installed.get(key)
     bridge = sc._jvm.io.kstore.spark.KstoreBridge  # type: ignore[union-attr]
+    if planner is not None and bridge.isRegistered():
+        return planner
     if "JavaPackage" in type(bridge).__name__:
-        raise InvalidArgumentError("kstore's jar is not on this session: build it (scripts/build_jvm.sh) and start "
-                                   "the session with kstore.spark.jvm.configure(builder)")
-    ensure_callback_server_started(gateway)
+        raise InvalidArgumentError("kstore's jar is not on this session: start it from "
+                                   "kstore.spark.configure(SparkSession.builder)")
+    ensure_callback_server_started(sc._gateway)
     planner = Planner(spark)
     bridge.register(planner)
-    _installed[id(spark)] = planner
+    _installed[key] = planner
     return planner

@@ -77,6 +77,12 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
         } catch (java.io.IOException exc) {
             throw new RuntimeException(exc);
         }
-        return createRelation(sqlContext, params);
+        // the relation Spark gets back reads what was written: only the options naming the dataset
+        Map<String, String> read = new HashMap<>();
+        for (Map.Entry<String, String> e : options.entrySet()) {
+            String key = e.getKey().toLowerCase(java.util.Locale.ROOT);
+            if (key.equals("path") || key.equals("store") || key.equals("dataset_uuid")) read.put(e.getKey(), e.getValue());
+        }
+        return createRelation(sqlContext, scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(read)));
     }
 }

@@ -1,0 +1,73 @@
+"""kstore.spark.configure and the options that name a dataset, without starting a session:
+what a builder gets, what happens where the jar is absent, and how a path names a dataset."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+import kstore.spark as ks  # noqa: E402
+from kstore.errors import InvalidArgumentError  # noqa: E402
+from kstore.io.memory import MemoryStore  # noqa: E402
+from kstore.spark import jvm  # noqa: E402
+from kstore.spark.reader import store_and_dataset  # noqa: E402
+
+
+def test_configure_adds_the_jar_once_and_keeps_other_jars(monkeypatch, tmp_path):
+    jar = tmp_path / "kstore-spark.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setattr(jvm, "_JAR", str(jar))
+    builder = SparkSession.builder.config("spark.jars", "/opt/other.jar")
+    out = ks.configure(builder)
+    assert out is builder
+    assert builder._options["spark.jars"] == f"/opt/other.jar,{jar}"
+    ks.configure(builder)  # twice: the jar is listed once, the class wrapped once
+    assert builder._options["spark.jars"] == f"/opt/other.jar,{jar}"
+    assert type(builder) is ks._registering(SparkSession.Builder)  # wrapped once, not twice
+    assert type(builder).getOrCreate is not SparkSession.Builder.getOrCreate
+    # a fresh builder is not affected
+    assert type(SparkSession.builder) is SparkSession.Builder
+
+
+def test_configure_without_the_jar_says_the_python_source_serves(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(jvm, "_JAR", str(tmp_path / "absent.jar"))
+    builder = SparkSession.builder
+    with caplog.at_level(logging.WARNING, logger="kstore.spark"):
+        ks.configure(builder)
+    assert "spark.jars" not in builder._options
+    assert any("not built" in r.getMessage() and "Python data source" in r.getMessage() for r in caplog.records)
+    assert type(builder).getOrCreate is not SparkSession.Builder.getOrCreate  # still registers the Python source
+
+
+@pytest.mark.parametrize("path, want", [
+    ("/data/store/sales", ("/data/store", "sales")),
+    ("/data/store/sales/", ("/data/store", "sales")),
+    ("file:///data/store/sales", ("file:///data/store", "sales")),
+    ("s3://bucket/sales", ("s3://bucket", "sales")),
+    ("s3://bucket/p/sales?endpoint_url=http://127.0.0.1:9000", ("s3://bucket/p?endpoint_url=http://127.0.0.1:9000",
+                                                                "sales")),
+])
+def test_a_path_names_a_dataset(path, want):
+    assert store_and_dataset({"path": path}, "load") == want
+    assert store_and_dataset({"path": path, "dataset_uuid": "other"}, "load") == (path, "other")
+
+
+@pytest.mark.parametrize("path", ["/sales", "sales", "s3://bucket", "s3://bucket/", "file:///", "kstore-store:abc"])
+def test_a_path_without_a_dataset_is_refused(path):
+    with pytest.raises(InvalidArgumentError, match="dataset"):
+        store_and_dataset({"path": path}, "save")
+
+
+def test_no_path_is_refused():
+    with pytest.raises(InvalidArgumentError, match=r"\.save\('<store>/<dataset>'\)"):
+        store_and_dataset({}, "save")
+
+
+def test_the_jvm_source_refuses_stores_it_cannot_list():
+    with pytest.raises(InvalidArgumentError, match="kstore_python"):
+        jvm._local_root(MemoryStore())
