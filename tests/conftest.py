@@ -101,8 +101,11 @@ def spark():
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    if os.environ.get("KSTORE_SPARK_JVM", "") == "1":  # the JVM source's conformance run
+        builder = ks.configure(builder)
     session = (
-        SparkSession.builder.master("local[2,2]")  # 2 cores, 2 attempts per task
+        builder.master("local[2,2]")  # 2 cores, 2 attempts per task
         .appName("kstore-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")

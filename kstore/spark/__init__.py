@@ -178,6 +178,8 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     own Parquet scan over kstore's plan (column pruning, partition pruning and kstore's
     index and statistics skipping for the filters Spark pushes), and writes see
     ``partitionBy``, every save mode and the session's ``partitionOverwriteMode``.
+    ``spark.sql.extensions`` gets kstore's SQL parser extension:
+    ``SELECT ... FROM kstore.`/data/store/events` VERSION AS OF 3``.
 
     Where the jar is absent (not built: ``scripts/build_jvm.sh``), or the session existed
     before (its JVM started without the jar), ``format("kstore")`` stays kstore's Python
@@ -210,12 +212,16 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         log.warning("kstore's JVM data source is not built (run scripts/build_jvm.sh): format('kstore') is kstore's "
                     "Python data source")
     else:
-        jars = builder._options.get("spark.jars")
-        if not jars or jar not in str(jars).split(","):
-            builder.config("spark.jars", f"{jars},{jar}" if jars else jar)
+        for key, value in (("spark.jars", jar), ("spark.sql.extensions", _EXTENSIONS)):  # SQL on a path
+            given = builder._options.get(key)
+            if not given or value not in str(given).split(","):
+                builder.config(key, f"{given},{value}" if given else value)
     if not isinstance(builder, _RegisteringBuilder):
         builder.__class__ = _registering(type(builder))
     return builder
+
+
+_EXTENSIONS = "io.kstore.spark.KstoreSparkExtensions"
 
 
 class _RegisteringBuilder:

@@ -98,6 +98,10 @@ def write(writer: str, engines: Engines, url: str, uuid: str, source: pa.Table, 
         import kstore.spark as ks
 
         ks.store_dataset(url, uuid, spark_frame(engines.spark, source), partition_on=pon, secondary_indices=idx)
+    elif writer == "spark_jvm":  # a path, partitionBy, a save mode: as a Delta user writes
+        w = (spark_frame(engines.spark, source).write.format("kstore").option("secondary_indices", ",".join(idx))
+             .mode("overwrite"))
+        (w.partitionBy(*pon) if pon else w).save(f"{url}/{uuid}")
     elif writer == "spark_datasource":
         w = (spark_frame(engines.spark, source).write.format("kstore").option("dataset_uuid", uuid)
              .option("secondary_indices", ",".join(idx)).mode("overwrite"))
@@ -351,11 +355,18 @@ def collect_rows(df: Any) -> list[dict]:
 
 
 def _spark_load(engines: Engines, url: str, uuid: str, columns, dnf, how: str) -> Any:
+    from pyspark.sql import functions as F
+
     import kstore.spark as ks
     from kstore.spark.reader import encode_predicates
 
     if how == "read_dataset":
         return ks.read_dataset(url, uuid, columns=columns, predicates=dnf, spark=engines.spark)
+    if how == "jvm":  # a path names the dataset; Spark pushes .filter to kstore's planner
+        df = engines.spark.read.format("kstore").load(f"{url}/{uuid}")
+        if dnf is not None:
+            df = df.filter(spark_condition(df, dnf))
+        return df.select(*[F.col(f"`{c}`") for c in columns]) if columns is not None else df
     reader = engines.spark.read.format("kstore").option("dataset_uuid", uuid)
     if columns:
         reader = reader.option("columns", ",".join(columns))
@@ -451,11 +462,16 @@ READERS: dict[str, Reader] = {
 #: writer -> xdist group
 WRITERS = {"eager": None, "dask": None, "dask_distributed": "dask-conformance", "spark_store_dataset": SPARK_GROUP,
            "spark_datasource": SPARK_GROUP}
+if matrix.JVM:  # kstore's JVM source: every filter is Spark's (pushed to kstore's planner by Spark itself)
+    READERS["spark_jvm"] = Reader("spark_jvm", "spark", "spark", False,
+                                  lambda e, u, d, q: _run_spark(e, u, d, q, how="jvm"), group=SPARK_GROUP)
+    WRITERS["spark_jvm"] = SPARK_GROUP
 
 
 def value_semantics(reader: Reader, pushed: bool) -> str:
-    """Pushed predicates are kstore's (IEEE NaN); engine filters follow the engine."""
-    return "ieee" if pushed else reader.semantics
+    """Pushed predicates are kstore's (IEEE NaN); engine filters follow the engine (the JVM
+    source's filters are always Spark's: Spark evaluates them, kstore only skips files)."""
+    return "ieee" if pushed and reader.name != "spark_jvm" else reader.semantics
 
 
 # -- reuse: one DataFrame in several roles ------------------------------------------------

@@ -12,6 +12,9 @@ import pyarrow as pa
 #: The full matrix (every reader on every layout, every writer x every reader, more
 #: random predicates); the default keeps the suite's CI cost to a few minutes.
 FULL = os.environ.get("KSTORE_CONFORMANCE_FULL", "") == "1"
+#: the suite's Spark session carries kstore's JVM source (kstore.spark.configure), which adds
+#: the ``spark_jvm`` reader and writer (tests/conformance/test_jvm_source.py runs them)
+JVM = os.environ.get("KSTORE_SPARK_JVM", "") == "1"
 
 UTC = dt.timezone.utc
 TS_MIN = dt.datetime(1, 1, 1, tzinfo=UTC)

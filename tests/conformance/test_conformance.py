@@ -47,7 +47,7 @@ REUSE_CASES = [pytest.param(r, lay, marks=_marks(r.group), id=f"{r.name}-{lay}")
 WRITE_CASES = [pytest.param(w, lay, marks=_marks(g), id=f"{w}-{lay}") for w, g in drivers.WRITERS.items()
                for lay in (ALL_LAYOUTS if matrix.FULL or w != "dask_distributed" else ("2cols",))]
 CROSS_READERS = (tuple(drivers.READERS) if matrix.FULL
-                 else ("eager_read_dataset", "dask_threads", "spark_read_dataset"))
+                 else ("eager_read_dataset", "dask_threads", "spark_read_dataset") + (("spark_jvm",) if matrix.JVM else ()))
 def _cross_group(writer_group: str | None, reader_group: str | None) -> str | None:
     """Spark's group when either side needs Spark (one session per worker), else either."""
     spark = drivers.SPARK_GROUP
@@ -135,7 +135,8 @@ def test_dataframe_reuse(reader, layout, datasets, engines, source):
     sides of a union on one relation; Dask shares the read graph)."""
     url, uuid = datasets.get("eager", layout)
     if reader.engine == "spark":
-        got = drivers.spark_reuse(engines, url, uuid, "read_dataset" if reader.name == "spark_read_dataset" else "format")
+        how = {"spark_read_dataset": "read_dataset", "spark_jvm": "jvm"}.get(reader.name, "format")
+        got = drivers.spark_reuse(engines, url, uuid, how)
     else:
         got = drivers.dask_reuse(engines, url, uuid, reader.name == "dask_distributed")
     want = drivers.reuse_oracle(source, reader.semantics)

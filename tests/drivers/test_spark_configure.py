@@ -22,12 +22,16 @@ def test_configure_adds_the_jar_once_and_keeps_other_jars(monkeypatch, tmp_path)
     jar = tmp_path / "kstore-spark.jar"
     jar.write_bytes(b"PK")
     monkeypatch.setattr(jvm, "_JAR", str(jar))
-    builder = SparkSession.builder.config("spark.jars", "/opt/other.jar")
+    builder = (SparkSession.builder.config("spark.jars", "/opt/other.jar")
+               .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"))
     out = ks.configure(builder)
     assert out is builder
     assert builder._options["spark.jars"] == f"/opt/other.jar,{jar}"
+    extensions = "io.delta.sql.DeltaSparkSessionExtension,io.kstore.spark.KstoreSparkExtensions"
+    assert builder._options["spark.sql.extensions"] == extensions  # SQL on a path; Delta's stays
     ks.configure(builder)  # twice: the jar is listed once, the class wrapped once
     assert builder._options["spark.jars"] == f"/opt/other.jar,{jar}"
+    assert builder._options["spark.sql.extensions"] == extensions
     assert type(builder) is ks._registering(SparkSession.Builder)  # wrapped once, not twice
     assert type(builder).getOrCreate is not SparkSession.Builder.getOrCreate
     # a fresh builder is not affected
@@ -39,7 +43,7 @@ def test_configure_without_the_jar_says_the_python_source_serves(monkeypatch, tm
     builder = SparkSession.builder
     with caplog.at_level(logging.WARNING, logger="kstore.spark"):
         ks.configure(builder)
-    assert "spark.jars" not in builder._options
+    assert "spark.jars" not in builder._options and "spark.sql.extensions" not in builder._options
     assert any("not built" in r.getMessage() and "Python data source" in r.getMessage() for r in caplog.records)
     assert type(builder).getOrCreate is not SparkSession.Builder.getOrCreate  # still registers the Python source
 

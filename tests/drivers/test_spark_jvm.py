@@ -109,6 +109,25 @@ def test_jvm_delta_idioms_on_a_path(results):
     assert r["version_as_of"] == r["version_as_of_want"] == 12
     assert r["timestamp_as_of"] == 12
     assert r["after_replace_where"] == r["want_after_replace_where"]
-    # SQL on a path needs an analyzer rule (spark.sql.extensions), not built yet (#31): Spark's
-    # own refusal must stay the answer until then, not a wrong result
-    assert "UNSUPPORTED_DATASOURCE_FOR_DIRECT_QUERY" in r["sql_on_path"], r["sql_on_path"]
+    # SQL on a path (spark.sql.extensions: kstore's parser), with VERSION / TIMESTAMP AS OF
+    assert r["sql_on_path"] == r["sql_on_path_want"] > 0
+    assert r["sql_version_as_of"] == r["sql_timestamp_as_of"] == 12
+    assert r["sql_join_versions"] == r["sql_join_want"] != []  # id 100 came later: not in the old version
+
+
+def test_jvm_refusals_name_the_problem(results):
+    r = _ok(results, "refusals")
+    # kstore's error class and message, not py4j's traceback: PySpark's IllegalArgumentException
+    for name in ("predicates_option", "no_dataset", "misspelt_option", "partition_by_disagrees"):
+        assert r[name].startswith("IllegalArgumentException: kstore.errors.InvalidArgumentError: "), r[name]
+        assert "Traceback" not in r[name], r[name]
+    assert "kstore_python" in r["predicates_option"]
+    assert "names no dataset" in r["no_dataset"]
+    assert "did you mean 'version'" in r["misspelt_option"]
+    assert "disagree" in r["partition_by_disagrees"] and not r["bad_written"]
+
+
+def test_jvm_nan_rows_are_not_skipped_by_parquet_statistics(results):
+    # A row group of [NaN, 0.5, 0.25] has max 0.5 in Arrow's statistics; Spark's `f > 1.0`
+    # matches NaN. The JVM source does not let Spark's Parquet reader skip on floats.
+    assert _ok(results, "nan_rows")["jvm"] == [1]

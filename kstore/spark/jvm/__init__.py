@@ -120,6 +120,13 @@ class Planner:
         from kstore.spark.reader import plan, resolve_source
 
         options = {k: v for k, v in json.loads(options_json).items() if not k.startswith("__")}
+        if any(k.lower() == "predicates" for k in options):
+            # Spark's Parquet scan reads whole files: kstore's row-level filtering of the
+            # option would be lost, and the rows would not be exact
+            raise InvalidArgumentError(
+                "format('kstore') on the JVM takes filters from .filter(...) / SQL WHERE (kstore plans the files "
+                "from them); the predicates option belongs to kstore's Python source: format('kstore_python') or "
+                "kstore.spark.read_dataset(..., predicates=...)")
         source = resolve_source(options)
         store = source.store()
         root = _local_root(store)
@@ -162,10 +169,7 @@ class Planner:
                     pushed = None
                     break
                 pushed.append(tuple(terms))
-        dnf: Any = source.predicates
-        if pushed is not None:
-            dnf = (tuple(pushed) if dnf is None
-                   else tuple(tuple(a) + tuple(b) for a in dnf for b in pushed))
+        dnf: Any = tuple(pushed) if pushed is not None else None  # (resolve refuses the predicates option)
         store = source.store()
         snap = open_snapshot(store, source.dataset_uuid, version=source.version)
         full, stats = snap.plan_with_stats(source.columns, dnf, table=source.table, stats=True)

@@ -13,7 +13,6 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
-import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat;
 import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
@@ -42,7 +41,8 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
     @Override
     public BaseRelation createRelation(SQLContext sqlContext, scala.collection.immutable.Map<String, String> params) {
         try {
-            String resolved = KstoreBridge.planner().resolve(JSON.writeValueAsString(javaOptions(params)));
+            String options = JSON.writeValueAsString(javaOptions(params));
+            String resolved = KstoreBridge.call(p -> p.resolve(options));
             JsonNode r = JSON.readTree(resolved);
             StructType schema = (StructType) DataType.fromJson(r.get("schema").asText());
             List<String> partitionColumns = JSON.convertValue(r.get("partition_columns"),
@@ -54,7 +54,7 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
                 schema, partitionSchema, r.get("size").asLong(), r.get("version").asLong());
             // dataSchema is the whole schema: HadoopFsRelation keeps its column order and takes
             // the partition columns' values from the index (kstore's files do not hold them).
-            return new HadoopFsRelation(index, partitionSchema, schema, Option.empty(), new ParquetFileFormat(),
+            return new HadoopFsRelation(index, partitionSchema, schema, Option.empty(), new KstoreParquetFormat(),
                 scala.collection.immutable.Map$.MODULE$.empty(), sqlContext.sparkSession());
         } catch (java.io.IOException exc) {
             throw new RuntimeException("kstore: bad JSON from the Python planner", exc);
@@ -73,7 +73,8 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
             sqlContext.sparkSession().conf().get("spark.sql.sources.partitionOverwriteMode", "STATIC"));
         request.put("options", options);
         try {
-            KstoreBridge.planner().write(data, JSON.writeValueAsString(request));
+            String text = JSON.writeValueAsString(request);
+            KstoreBridge.call(p -> p.write(data, text));
         } catch (java.io.IOException exc) {
             throw new RuntimeException(exc);
         }

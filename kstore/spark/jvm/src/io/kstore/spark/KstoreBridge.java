@@ -10,6 +10,23 @@ public final class KstoreBridge {
 
     public static boolean isRegistered() { return planner != null; }
 
+    /**
+     * Run a call into the Python planner; a Python exception (py4j wraps it with the whole
+     * traceback) becomes an IllegalArgumentException with kstore's error class and message,
+     * which PySpark raises as pyspark.errors.IllegalArgumentException.
+     */
+    public static <T> T call(java.util.function.Function<KstorePlanner, T> fn) {
+        KstorePlanner p = planner();
+        try {
+            return fn.apply(p);
+        } catch (RuntimeException exc) {
+            String text = String.valueOf(exc.getMessage());
+            int at = text.lastIndexOf("\nkstore.errors.");
+            if (at < 0) throw exc;
+            throw new IllegalArgumentException(text.substring(at + 1).strip(), exc);
+        }
+    }
+
     public static KstorePlanner planner() {
         KstorePlanner p = planner;
         if (p == null) {

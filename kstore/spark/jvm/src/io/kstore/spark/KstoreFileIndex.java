@@ -130,7 +130,8 @@ public class KstoreFileIndex implements FileIndex {
         try {
             List<List<List<Object>>> dnf = converter.convertAll(filters);
             predicates = JSON.writeValueAsString(dnf);
-            JsonNode result = JSON.readTree(KstoreBridge.planner().plan(handle, predicates));
+            String planned = KstoreBridge.call(p -> p.plan(handle, predicates));
+            JsonNode result = JSON.readTree(planned);
             Map<String, List<FileStatus>> byPartition = new LinkedHashMap<>();
             Map<String, InternalRow> rows = new LinkedHashMap<>();
             for (JsonNode f : result.get("files")) {
