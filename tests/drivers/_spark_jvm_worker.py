@@ -42,7 +42,8 @@ def main(root: str, out_path: str) -> None:
     spark = (ks.configure(SparkSession.builder.master("local[2]"))
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.adaptive.enabled", "false").getOrCreate())
+             .config("spark.sql.adaptive.enabled", "false").config("spark.sql.warehouse.dir", root + "/warehouse")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from kstore.spark import jvm
 
@@ -187,6 +188,36 @@ def main(root: str, out_path: str) -> None:
         return out
 
     check("refusals", refusals)
+
+    def catalog_tables():
+        out = {}
+        path = root + "/events"  # written by delta_idioms
+
+        def files():
+            return sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+
+        out["want"] = len(kstore.read_dataset(url, "events"))
+        spark.sql(f"CREATE TABLE ev USING kstore LOCATION '{path}'")
+        out["select"] = spark.sql("SELECT count(*) AS n FROM ev").collect()[0].n
+        before = files()
+        row = "SELECT DATE'2024-03-01', CAST(1 AS BIGINT), 'z'"
+        for name, sql in (("insert", f"INSERT INTO ev {row}"), ("overwrite", f"INSERT OVERWRITE TABLE ev {row}")):
+            try:  # Spark's file insert: raw Parquet beside kstore's files, or the dataset deleted first
+                spark.sql(sql).collect()
+                out[name] = "no error"
+            except Exception as exc:  # noqa: BLE001
+                out[name] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        out["files_unchanged"] = files() == before
+        out["rows_after"] = len(kstore.read_dataset(url, "events"))
+        df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, s string")
+        df.write.format("kstore").saveAsTable("managed")  # a table in the warehouse, written by kstore
+        out["managed"] = spark.table("managed").count()
+        df.write.format("kstore").mode("append").saveAsTable("managed")
+        out["managed_after_append"] = spark.table("managed").count()
+        out["managed_kstore_rows"] = len(kstore.read_dataset("file://" + root + "/warehouse", "managed"))
+        return out
+
+    check("catalog_tables", catalog_tables)
 
     def nan_rows():
         # Arrow's Parquet statistics leave NaN out of min/max; Spark orders NaN above every number

@@ -131,3 +131,12 @@ def test_jvm_nan_rows_are_not_skipped_by_parquet_statistics(results):
     # A row group of [NaN, 0.5, 0.25] has max 0.5 in Arrow's statistics; Spark's `f > 1.0`
     # matches NaN. The JVM source does not let Spark's Parquet reader skip on floats.
     assert _ok(results, "nan_rows")["jvm"] == [1]
+
+
+def test_jvm_catalog_tables_and_spark_file_insert_refused(results):
+    r = _ok(results, "catalog_tables")
+    assert r["select"] == r["want"] > 0  # CREATE TABLE ... USING kstore LOCATION '<path>'
+    for name in ("insert", "overwrite"):  # refused before anything is written or deleted
+        assert "IllegalArgumentException: kstore.errors.InvalidArgumentError: INSERT INTO" in r[name], r[name]
+    assert r["files_unchanged"] and r["rows_after"] == r["want"]
+    assert r["managed"] == 2 and r["managed_after_append"] == r["managed_kstore_rows"] == 4  # saveAsTable

@@ -70,7 +70,13 @@ public class KstoreFileIndex implements FileIndex {
 
     @Override
     public Seq<Path> rootPaths() {
-        return CollectionConverters.asScala(List.of(root)).toSeq();
+        // The dataset as a path no Hadoop file system serves ("kstore:" + the directory, version).
+        // Spark uses the first root path as the output of INSERT INTO / INSERT OVERWRITE on a
+        // HadoopFsRelation, writing Parquet files beside kstore's (uncommitted) or deleting the
+        // dataset's files first; with this path it fails before touching the directory
+        // (KstoreSparkExtensions' check rule refuses it earlier, with a message). Reads never
+        // resolve it: the files come from listFiles, explain() prints it.
+        return CollectionConverters.asScala(List.of(new Path("kstore:" + root.toUri().getPath() + "@v" + version))).toSeq();
     }
 
     @Override
