@@ -75,3 +75,32 @@ def test_no_path_is_refused():
 def test_the_jvm_source_refuses_stores_it_cannot_list():
     with pytest.raises(InvalidArgumentError, match="kstore_python"):
         jvm._local_root(MemoryStore())
+
+
+def test_the_jvm_planner_loads_a_pinned_version_once_and_never_serves_a_stale_one(tmp_path, monkeypatch):
+    import json
+
+    import pandas as pd
+
+    import kstore
+    import kstore.blocks.snapshot as snapshot_module
+
+    kstore.store_dataset(str(tmp_path), "ds", pd.DataFrame({"p": [1, 1, 2], "x": [1, 2, 3]}), partition_on=["p"],
+                         secondary_indices=["x"])
+    planner = jvm.Planner(None)  # type: ignore[arg-type]  # resolve/plan need no session
+    first = json.loads(planner.resolve(json.dumps({"path": f"{tmp_path}/ds"})))
+    loads = []
+    real = snapshot_module.open_snapshot
+    monkeypatch.setattr(snapshot_module, "open_snapshot", lambda *a, **k: loads.append(a) or real(*a, **k))
+    handle = json.dumps(first["handle"])
+    every = json.loads(planner.plan(handle, "[]"))["files"]
+    point = json.loads(planner.plan(handle, '[[["x", "==", 3]]]'))["files"]
+    assert loads == []  # listFiles plans on the snapshot resolve loaded
+    assert len(every) == len(kstore.plan_read(str(tmp_path), "ds").tasks) and len(point) == 1
+    assert point[0]["partition"] == {"p": 2}
+    kstore.update_dataset(str(tmp_path), "ds", pd.DataFrame({"p": [3], "x": [4]}))
+    second = json.loads(planner.resolve(json.dumps({"path": f"{tmp_path}/ds"})))
+    assert second["version"] == first["version"] + 1
+    newer = json.loads(planner.plan(json.dumps(second["handle"]), "[]"))["files"]
+    assert len(newer) == len(every) + 1  # the new version's files, not the cached old ones
+    assert len(json.loads(planner.plan(handle, "[]"))["files"]) == len(every)  # the old handle: still its version

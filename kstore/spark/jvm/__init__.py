@@ -29,6 +29,8 @@ __all__ = ["jar_path", "on_session", "install", "Planner"]
 _JAR = os.path.join(os.path.dirname(__file__), "kstore-spark.jar")
 #: Resolved reads kept per driver (a plan after eviction resolves the pinned version again).
 _CACHED_SOURCES = 256
+#: Pinned versions' snapshots kept per driver (each holds its version's file table).
+_CACHED_SNAPSHOTS = 16
 _VERSION_OPTIONS = {"version", "as_of", "versionasof", "timestampasof"}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -86,6 +88,7 @@ class Planner:
         self._spark = spark
         self._lock = threading.Lock()
         self._sources: dict[str, Any] = {}
+        self._snapshots: dict[tuple[str, str, int | None], Any] = {}
         #: the last plan made (tests compare its files with Spark's "number of files read")
         self.last_plan: Any = None
         self.plans = 0
@@ -112,12 +115,29 @@ class Planner:
             self._remember(key, source)
         return source
 
+    def _snapshot(self, source: Any) -> Any:
+        """The snapshot of a resolved read's pinned version, loaded once per driver: a
+        committed version reads the same until GC expires it, so it is cached by (directory,
+        dataset, version); resolve and every listFiles of its queries plan on it."""
+        from kstore.blocks.snapshot import open_snapshot
+
+        store = source.store()
+        key = (_local_root(store), source.dataset_uuid, source.version)
+        with self._lock:
+            snap = self._snapshots.get(key)
+        if snap is None:
+            snap = open_snapshot(store, source.dataset_uuid, version=source.version)
+            with self._lock:
+                self._snapshots[key] = snap
+                while len(self._snapshots) > _CACHED_SNAPSHOTS:
+                    self._snapshots.pop(next(iter(self._snapshots)))
+        return snap
+
     def resolve(self, options_json: str) -> str:
         """Pin the version the options name (``versionAsOf`` / ``timestampAsOf`` included):
         its Spark schema, partition columns, root and size, and a handle for :meth:`plan`."""
-        from kstore.blocks.snapshot import open_snapshot
         from kstore.core.planning import file_sizes
-        from kstore.spark.reader import plan, resolve_source
+        from kstore.spark.reader import resolve_source
 
         options = {k: v for k, v in json.loads(options_json).items() if not k.startswith("__")}
         if any(k.lower() == "predicates" for k in options):
@@ -128,11 +148,11 @@ class Planner:
                 "from them); the predicates option belongs to kstore's Python source: format('kstore_python') or "
                 "kstore.spark.read_dataset(..., predicates=...)")
         source = resolve_source(options)
-        store = source.store()
-        root = _local_root(store)
-        full, stats = plan(source)
+        root = _local_root(source.store())
+        snap = self._snapshot(source)
+        full, stats = snap.plan_with_stats(source.columns, None, table=source.table, stats=True)
         size = sum(file_sizes(full, stats).values()) if stats is not None else 0
-        partition_keys = open_snapshot(store, source.dataset_uuid, version=source.version).metadata.partition_keys
+        partition_keys = snap.metadata.partition_keys
         # the handle names the pinned version and the options, so an evicted source resolves again
         pinned = {k: v for k, v in options.items() if k.lower() not in _VERSION_OPTIONS}
         handle = {"options": pinned, "version": source.version}
@@ -147,7 +167,6 @@ class Planner:
         })
 
     def plan(self, handle_json: str, predicates_json: str) -> str:
-        from kstore.blocks.snapshot import open_snapshot
         from kstore.core.planning import file_sizes
         from kstore.core.predicates import Term, bind
 
@@ -171,8 +190,7 @@ class Planner:
                 pushed.append(tuple(terms))
         dnf: Any = tuple(pushed) if pushed is not None else None  # (resolve refuses the predicates option)
         store = source.store()
-        snap = open_snapshot(store, source.dataset_uuid, version=source.version)
-        full, stats = snap.plan_with_stats(source.columns, dnf, table=source.table, stats=True)
+        full, stats = self._snapshot(source).plan_with_stats(source.columns, dnf, table=source.table, stats=True)
         sizes = file_sizes(full, stats) if stats is not None else {}
         files = []
         for task in full.tasks:
