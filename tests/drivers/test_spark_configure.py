@@ -3,6 +3,7 @@ what a builder gets, what happens where the jar is absent, and how a path names 
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -104,3 +105,11 @@ def test_the_jvm_planner_loads_a_pinned_version_once_and_never_serves_a_stale_on
     newer = json.loads(planner.plan(json.dumps(second["handle"]), "[]"))["files"]
     assert len(newer) == len(every) + 1  # the new version's files, not the cached old ones
     assert len(json.loads(planner.plan(handle, "[]"))["files"]) == len(every)  # the old handle: still its version
+
+
+def test_the_jvm_source_refuses_a_write_it_could_not_read_back_before_writing(tmp_path):
+    # Spark reads the dataset back at the end of save(): a refusal then would follow the commit
+    planner = jvm.Planner(None)  # type: ignore[arg-type]
+    request = {"mode": "Append", "options": {"path": "memory://somewhere/ds"}, "partition_by": None}
+    with pytest.raises(InvalidArgumentError, match="kstore_python"):
+        planner.write(None, json.dumps(request))

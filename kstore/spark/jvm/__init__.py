@@ -221,6 +221,7 @@ class Planner:
         request = json.loads(request_json)
         options = dict(request["options"])
         given = {k.lower(): k for k in options}
+        self._check_local(options)  # before writing: the relation Spark gets back must open it
         partition_by = json.loads(request["partition_by"]) if request.get("partition_by") else None
         if partition_by:
             named = options.get(given.get("partition_on", ""), "")
@@ -239,6 +240,17 @@ class Planner:
             options["partitionOverwriteMode"] = "dynamic"
         DataFrame(jdf, self._spark).write.format(PYTHON_SOURCE_NAME).mode(spark_mode).options(**options).save()
         return spark_mode
+
+    @staticmethod
+    def _check_local(options: dict[str, str]) -> None:
+        """Refuse a write to a store the JVM source cannot read, before anything is written
+        (Spark reads the written dataset back at the end of ``save``: a refusal then would
+        come after the commit, and a retry would write the rows twice)."""
+        from kstore.io.store import open_store
+        from kstore.spark.reader import decode_store, store_and_dataset
+
+        path, _ = store_and_dataset({k.lower(): v for k, v in options.items()}, "save")
+        _local_root(open_store(decode_store(path)))
 
     class Java:
         implements = ["io.kstore.spark.KstorePlanner"]
