@@ -91,7 +91,6 @@ class Planner:
         self._snapshots: dict[tuple[str, str, int | None], Any] = {}
         #: the last plan made (tests compare its files with Spark's "number of files read")
         self.last_plan: Any = None
-        self.plans = 0
 
     def _remember(self, key: str, source: Any) -> None:
         with self._lock:
@@ -115,13 +114,12 @@ class Planner:
             self._remember(key, source)
         return source
 
-    def _snapshot(self, source: Any) -> Any:
+    def _snapshot(self, source: Any, store: Any) -> Any:
         """The snapshot of a resolved read's pinned version, loaded once per driver: a
         committed version reads the same until GC expires it, so it is cached by (directory,
         dataset, version); resolve and every listFiles of its queries plan on it."""
         from kstore.blocks.snapshot import open_snapshot
 
-        store = source.store()
         key = (_local_root(store), source.dataset_uuid, source.version)
         with self._lock:
             snap = self._snapshots.get(key)
@@ -148,8 +146,9 @@ class Planner:
                 "from them); the predicates option belongs to kstore's Python source: format('kstore_python') or "
                 "kstore.spark.read_dataset(..., predicates=...)")
         source = resolve_source(options)
-        root = _local_root(source.store())
-        snap = self._snapshot(source)
+        store = source.store()
+        root = _local_root(store)
+        snap = self._snapshot(source, store)
         full, stats = snap.plan_with_stats(source.columns, None, table=source.table, stats=True)
         size = sum(file_sizes(full, stats).values()) if stats is not None else 0
         partition_keys = snap.metadata.partition_keys
@@ -190,7 +189,7 @@ class Planner:
                 pushed.append(tuple(terms))
         dnf: Any = tuple(pushed) if pushed is not None else None  # (resolve refuses the predicates option)
         store = source.store()
-        full, stats = self._snapshot(source).plan_with_stats(source.columns, dnf, table=source.table, stats=True)
+        full, stats = self._snapshot(source, store).plan_with_stats(source.columns, dnf, table=source.table, stats=True)
         sizes = file_sizes(full, stats) if stats is not None else {}
         files = []
         for task in full.tasks:
@@ -203,7 +202,6 @@ class Planner:
             })
         with self._lock:
             self.last_plan = full
-            self.plans += 1
         return json.dumps({"version": full.version, "files": files})
 
     def write(self, jdf: Any, request_json: str) -> str:
