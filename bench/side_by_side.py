@@ -482,7 +482,7 @@ class KstoreSystem(System):
 
     def _plan(self, uuid: str, dnf: Any) -> Outcome:
         cs = self.counting(self.store)
-        plan = self.ks.plan_read(cs, uuid, dnf)
+        plan = self.ks.plan_read(cs, uuid, predicates=dnf)
         calls = sum(cs.calls.values())
         note = f"store calls: {fmt_calls(cs.calls)}"
         if plan.store_calls != calls:

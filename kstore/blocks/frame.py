@@ -67,7 +67,7 @@ def planned_rows(meta: DatasetMetadata, plan: ReadPlan) -> list[int] | None:
     [2, 1]
     """
     files = meta.files
-    if not plan.tasks or "rows" not in files.rows.column_names or not files.single_table():
+    if not plan.tasks or "rows" not in files.base.column_names or not files.single_table():
         return None  # (a format-1 version's file table has no statistics: they are a file of their own)
     stats = files.stats()
     labels = pa.array([t.label for t in plan.tasks], pa.string())

@@ -203,7 +203,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
         elif (v - 1) in retained and entries.get(v - 1) is not None and not e.is_base:
             refs |= _added_keys(uuid, e)  # what the version before it referenced, plus its adds
         else:  # the first of a run of retained versions: its whole state
-            got = load.resolve_version(store, uuid, v)
+            got = load.resolve_version(store, uuid, v, lazy=False)  # (damage anywhere in a checkpoint it keeps)
             assert got.meta is not None
             refs |= got.meta.referenced_keys()
             starts.append(got.meta)
@@ -370,7 +370,7 @@ def _write_verified_checkpoint(store: Store, meta: DatasetMetadata) -> None:
     for attempt in range(5):
         write_checkpoint(store, meta, best_effort=False, replace=attempt > 0)
         try:
-            load.load_checkpoint(store, meta.uuid, meta.version)
+            load.load_checkpoint(store, meta.uuid, meta.version, lazy=False)  # every byte decodes
             return
         except (CorruptMetadataError, KeyNotFoundError):
             log.warning("dataset %r: the checkpoint of version %d GC wrote does not read back; writing it again",

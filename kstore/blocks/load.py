@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kstore.core import naming, runtime, serialize
+from kstore.core.filetable import IDX
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import LogEntry, names_another_parent, successor_gone
 from kstore.core.metadata import DatasetMetadata
@@ -272,13 +273,36 @@ def read_last_checkpoint(store: Store, dataset_uuid: str) -> int | None:
     return None
 
 
-def load_checkpoint(store: Store, dataset_uuid: str, version: int) -> DatasetMetadata:
-    """The state a checkpoint holds (:class:`KeyNotFoundError` when it is gone)."""
+def load_checkpoint(store: Store, dataset_uuid: str, version: int, *, lazy: bool = True) -> DatasetMetadata:
+    """The state a checkpoint holds (:class:`KeyNotFoundError` when it is gone).
+
+    ``lazy``: each column's index lists are decoded when a reader first asks for them
+    (FORMAT.md E); one found damaged then is logged and read around like a damaged
+    checkpoint: rebuilt from an older checkpoint and the log entries (a
+    CorruptMetadataError when those are gone). ``lazy=False`` decodes everything now."""
     from kstore.core.state import from_checkpoint
 
     data = store.get(naming.checkpoint_key(dataset_uuid, version))
-    return from_checkpoint(data, dataset_uuid=dataset_uuid, version=version,
-                           max_bytes=serialize.MAX_METADATA_BYTES)
+    rebuilt: list[DatasetMetadata] = []
+
+    def read_around(column: str, error: CorruptMetadataError) -> pa.ChunkedArray:
+        if not rebuilt:  # (_resolve_around logs it)
+            try:
+                got = _resolve_around(store, dataset_uuid, version, _Damaged(version, error), lazy=False)
+            except (_Moved, VersionNotFoundError) as exc:
+                raise error from exc
+            if got.meta is None:
+                raise error
+            rebuilt.append(got.meta)
+        files = rebuilt[0].files
+        lists = files.index_lists(column[len(IDX):])
+        if lists is None or len(files) != len(mine.files) or not files.labels.equals(mine.files.labels):
+            raise CorruptMetadataError(f"{error}; the log rebuilds version {version} with other files") from error
+        return lists
+
+    mine = from_checkpoint(data, dataset_uuid=dataset_uuid, version=version, max_bytes=serialize.MAX_METADATA_BYTES,
+                           lazy=lazy, read_around=read_around)
+    return mine
 
 
 class _Moved(Exception):
@@ -316,7 +340,7 @@ class Resolved:
 _BATCH = 16
 
 
-def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int | None,
+def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int | None, lazy: bool = True,
            ) -> tuple[dict[int, LogEntry | None], DatasetMetadata | None]:
     """Entries (None when gone) and, optionally, one checkpoint, fetched in parallel."""
     jobs: list[tuple[str, int]] = [("e", v) for v in versions]
@@ -328,7 +352,7 @@ def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int
         try:
             if kind == "c":
                 try:
-                    return load_checkpoint(store, dataset_uuid, v)
+                    return load_checkpoint(store, dataset_uuid, v, lazy=lazy)
                 except CorruptMetadataError as exc:  # derived and best effort: read around it
                     return _Damaged(v, exc)
             return load_entry(store, dataset_uuid, v)
@@ -345,7 +369,8 @@ def _fetch(store: Store, dataset_uuid: str, versions: list[int], checkpoint: int
     return entries, cp
 
 
-def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, *, newest: bool = False) -> Resolved:
+def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, *, newest: bool = False,
+            lazy: bool = True) -> Resolved:
     """The state of version ``target`` from the log: the newest checkpoint at or below it
     (or the newest base entry), then the format-2 entries after it, replayed in order.
 
@@ -362,15 +387,19 @@ def resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, *
     when ``target`` was read as the ``newest`` version and the log now has a newer one,
     ``_Moved`` (the head moved on: a delete or a garbage collection removed what the read
     needed).
+
+    ``lazy=False`` decodes every index list of the checkpoint now (garbage collection, before
+    it lets the entries below a checkpoint go), so that damage anywhere in it is read around
+    and reported in ``damaged``.
     """
     try:
-        return _resolve(store, dataset_uuid, target, listing, ())
+        return _resolve(store, dataset_uuid, target, listing, (), lazy)
     except _Damaged as exc:
-        return _resolve_around(store, dataset_uuid, target, exc, newest=newest)
+        return _resolve_around(store, dataset_uuid, target, exc, newest=newest, lazy=lazy)
 
 
 def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damaged, *, newest: bool = False,
-                    ) -> Resolved:
+                    lazy: bool = True) -> Resolved:
     """:func:`resolve` without the damaged checkpoint(s): from the whole log (the listing
     the read used may start at the damaged one, the ``_last_checkpoint`` hint)."""
     damaged: dict[int, CorruptMetadataError] = {}
@@ -385,7 +414,7 @@ def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damage
             exc, previous = None, None
         listing = list_log(store, dataset_uuid)
         try:
-            got = _resolve(store, dataset_uuid, target, listing, tuple(damaged))
+            got = _resolve(store, dataset_uuid, target, listing, tuple(damaged), lazy)
         except _Damaged as again:
             exc = again
             continue
@@ -398,7 +427,7 @@ def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damage
             continue
         return replace(got, damaged=tuple(sorted(damaged)))
     try:  # no chain around them: a damaged checkpoint may have been written again meanwhile
-        return _resolve(store, dataset_uuid, target, list_log(store, dataset_uuid), ())  # (GC rewrites those it needs)
+        return _resolve(store, dataset_uuid, target, list_log(store, dataset_uuid), (), lazy)  # (GC rewrites them)
     except (_Damaged, _Moved, _NoBase):
         pass
     versions = sorted(damaged)
@@ -410,7 +439,8 @@ def _resolve_around(store: Store, dataset_uuid: str, target: int, first: _Damage
     ) from damaged[versions[-1]]
 
 
-def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, skip: tuple[int, ...]) -> Resolved:
+def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, skip: tuple[int, ...],
+             lazy: bool = True) -> Resolved:
     """:func:`resolve`, not using the checkpoints of the versions in ``skip`` (damaged)."""
     from kstore.core.state import decode_actions, replay
 
@@ -429,7 +459,7 @@ def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, 
     while True:
         batch, pending = pending[:_BATCH], pending[_BATCH:]
         want_cp = cp if (not pending and not fetched_cp and cp is not None) else None
-        got, cp_meta = _fetch(store, dataset_uuid, batch, want_cp)
+        got, cp_meta = _fetch(store, dataset_uuid, batch, want_cp, lazy)
         fetched_cp = fetched_cp or want_cp is not None
         entries.update(got)
         found = False
@@ -468,7 +498,7 @@ def _resolve(store: Store, dataset_uuid: str, target: int, listing: LogListing, 
                 raise CorruptMetadataError(f"dataset {dataset_uuid!r}: version {target} has no checkpoint or "
                                            "base entry to replay from")
             if not fetched_cp:
-                _, cp_meta = _fetch(store, dataset_uuid, [], cp)
+                _, cp_meta = _fetch(store, dataset_uuid, [], cp, lazy)
             base_meta = cp_meta
             if cp == target:
                 assert base_meta is not None
@@ -653,7 +683,7 @@ def load_version(store: Store, dataset_uuid: str, version: int) -> DatasetMetada
     return meta
 
 
-def resolve_version(store: Store, dataset_uuid: str, version: int) -> Resolved:
+def resolve_version(store: Store, dataset_uuid: str, version: int, *, lazy: bool = True) -> Resolved:
     """:func:`load_version`, and how the version was built: ``damaged`` lists the
     checkpoints that were damaged and read around (a writer that keeps the version
     replayable, as garbage collection does, writes a fresh checkpoint of such a version)."""
@@ -663,7 +693,7 @@ def resolve_version(store: Store, dataset_uuid: str, version: int) -> Resolved:
     for _ in range(20):
         listing = list_log(store, dataset_uuid)
         try:
-            got = resolve(store, dataset_uuid, version, listing)
+            got = resolve(store, dataset_uuid, version, listing, lazy=lazy)
         except _Moved:
             if listing == previous:  # the same log twice: not a chain GC is changing
                 raise VersionNotFoundError(

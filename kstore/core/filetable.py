@@ -20,7 +20,8 @@ Examples
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -36,8 +37,8 @@ from kstore.core.stats import FileStats, in_microseconds, stats_table
 from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "file_rows", "index_lists",
-           "sorted_value_lists"]
+__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "LazyIndexLists", "file_rows",
+           "index_lists", "sorted_value_lists"]
 
 #: Prefix of a file table's index columns: ``idx:<col>`` holds, per file, the distinct
 #: non-null values of ``<col>`` (a list; null = not known yet). The inverted index of a
@@ -83,6 +84,14 @@ class FileTable:
     other columns: :attr:`table` builds the ``table`` and ``key`` columns on first use, and
     planning asks for the keys of the files it keeps (:meth:`keys_of`) without building
     them for every file.
+
+    A table read from a checkpoint also leaves its ``idx:`` lists encoded
+    (:class:`LazyIndexLists`): opening a version decodes the labels and statistics, and a
+    predicate on an indexed column decodes that column's lists alone
+    (:meth:`index_lists`). Everything that needs the whole table (:attr:`rows`,
+    :attr:`table`, a new index, a checkpoint, a pickle) decodes the rest first, so a
+    table always holds every list it was given; changes (:meth:`apply`,
+    :meth:`drop_index`) keep the lists that were not decoded yet encoded.
     """
 
     def __init__(self, table: pa.Table | None = None) -> None:
@@ -90,7 +99,8 @@ class FileTable:
         names = table.column_names
         if tuple(names[:3]) != tuple(n for n, _ in FILE_COLUMNS):
             raise CorruptMetadataError(f"a file table starts with {names[:3]}, not label, table, key")
-        self._rows = table
+        self._stored = table
+        self._lazy: LazyIndexLists | None = None
         self._derived: tuple[str, str] | None = None
 
     @classmethod
@@ -107,9 +117,60 @@ class FileTable:
             raise CorruptMetadataError(f"a file table with derived keys starts with {names[:1]}, not label, "
                                        "and has no table or key column")
         out = cls.__new__(cls)
-        out._rows = rows
+        out._stored = rows
+        out._lazy = None
         out._derived = (dataset_uuid, table_name)
         return out
+
+    def with_lazy_index_lists(self, lazy: LazyIndexLists | None) -> FileTable:
+        """This table (which holds no ``idx:`` column) with the ``idx:`` lists of ``lazy``,
+        decoded when first used (see the class docstring).
+
+        >>> ft = FileTable.from_partitions({"a": {"table": "d/table/a.parquet"}})
+        >>> lazy = LazyIndexLists(("idx:x",), lambda name: pa.chunked_array([pa.array([[1, 2]])]), 1)
+        >>> ft = ft.with_lazy_index_lists(lazy)
+        >>> ft.index_columns, ft.base.column_names, ft.index_lists("x").to_pylist()
+        (('x',), ['label', 'table', 'key'], [[1, 2]])
+        """
+        if lazy is None or not lazy.names:
+            return self
+        if any(n.startswith(IDX) for n in self._stored.column_names):
+            raise ValueError("with_lazy_index_lists: the table holds idx: columns already")
+        if lazy.n != self._stored.num_rows:
+            raise CorruptMetadataError(f"a file table of {self._stored.num_rows} files has index lists of {lazy.n}")
+        out = _restore(self._stored, self._derived)
+        out._lazy = lazy
+        return out
+
+    @property
+    def _rows(self) -> pa.Table:
+        """Every stored column, the ``idx:`` lists decoded (they come last)."""
+        return self._stored if self._lazy is None else self._full
+
+    @cached_property
+    def _full(self) -> pa.Table:
+        lazy = self._lazy
+        assert lazy is not None
+        t = self._stored
+        for name in lazy.names:
+            t = t.append_column(name, lazy.column(name))
+        return t
+
+    @property
+    def base(self) -> pa.Table:
+        """The stored columns without the ``idx:`` lists not decoded yet (the labels,
+        derived or stored keys and the statistics are always here); nothing is decoded."""
+        return self._stored
+
+    def index_lists(self, column: str) -> pa.ChunkedArray | None:
+        """The ``idx:`` lists of ``column`` (one per file; None: the column has none),
+        decoding only them."""
+        name = IDX + column
+        if self._lazy is not None and name in self._lazy.names:
+            return self._lazy.column(name)
+        if name in self._stored.column_names:
+            return self._stored.column(name)
+        return None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # pickles (to Dask and Spark workers) carry the stored columns, not derived keys
@@ -133,13 +194,16 @@ class FileTable:
     @cached_property
     def table(self) -> pa.Table:
         """One row per file: ``label, table, key``, statistics and ``idx:`` lists."""
+        return self._keyed(self._rows)
+
+    def _keyed(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (of this table) with the ``table`` and ``key`` columns."""
         if self._derived is None:
-            return self._rows
+            return rows
         uuid, name = self._derived
-        labels = self._rows.column("label")
-        n = self._rows.num_rows
-        return (self._rows.add_column(1, "table", pa.chunked_array([pa.repeat(pa.scalar(name, pa.string()), n)]))
-                .add_column(2, "key", derived_keys(labels, uuid, name)))
+        n = rows.num_rows
+        return (rows.add_column(1, "table", pa.chunked_array([pa.repeat(pa.scalar(name, pa.string()), n)]))
+                .add_column(2, "key", derived_keys(rows.column("label"), uuid, name)))
 
     def keys_of(self, labels: Sequence[str]) -> list[str]:
         """The keys of the (first) files of ``labels`` of a table with derived keys."""
@@ -199,11 +263,11 @@ class FileTable:
     # -- queries -----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self._rows.num_rows)
+        return int(self._stored.num_rows)
 
     @property
     def labels(self) -> pa.ChunkedArray:
-        return self._rows.column("label")
+        return self._stored.column("label")
 
     def partitions(self) -> dict[str, dict[str, str]]:
         """kartothek's ``label -> {table: key}`` mapping (for the main file and old code)."""
@@ -215,12 +279,12 @@ class FileTable:
 
     def stats(self) -> pa.Table:
         """The statistics as ``_kstore/stats`` lays them out (one row per label)."""
-        cols = [c for c in self._rows.column_names if c not in ("table", "key") and not c.startswith(IDX)]
-        return self._rows.select(cols).take(self.first_rows())
+        cols = [c for c in self._stored.column_names if c not in ("table", "key") and not c.startswith(IDX)]
+        return self._stored.select(cols).take(self.first_rows())
 
     def first_rows(self) -> pa.Array:
         """Row positions of each label's first file (one per label, in table order)."""
-        n = self._rows.num_rows
+        n = self._stored.num_rows
         if n == 0 or self.single_table():
             return pa.array(np.arange(n, dtype=np.int64))
         labels = self.labels.to_numpy(zero_copy_only=False)
@@ -235,12 +299,12 @@ class FileTable:
     def _single_table(self) -> bool:
         if self._derived is not None:
             return True
-        t = self._rows.column("table")
+        t = self._stored.column("table")
         return bool(t.num_chunks == 0 or len(t) == 0 or pc.count_distinct(t).as_py() <= 1)
 
     def num_labels(self) -> int:
         if self.single_table():
-            return int(self._rows.num_rows)
+            return int(self._stored.num_rows)
         return int(pc.count_distinct(self.labels).as_py())
 
     def unique_labels(self) -> pa.Array:
@@ -259,14 +323,15 @@ class FileTable:
 
     @property
     def index_columns(self) -> tuple[str, ...]:
-        return tuple(c[len(IDX):] for c in self._rows.column_names if c.startswith(IDX))
+        lazy = self._lazy.names if self._lazy is not None else ()
+        return tuple(c[len(IDX):] for c in (*self._stored.column_names, *lazy) if c.startswith(IDX))
 
     def column_index(self, column: str, vtype: pa.DataType) -> ColumnIndex:
         """The inverted index of ``column`` (value -> labels) from its ``idx:`` lists."""
-        name = IDX + column
-        if name not in self._rows.column_names:
+        got = self.index_lists(column)
+        if got is None:
             return ColumnIndex.empty(column, vtype)
-        lists = self._rows.column(name).combine_chunks()
+        lists = got.combine_chunks()
         flat = pc.list_flatten(lists)
         if len(flat) == 0:
             return ColumnIndex.empty(column, vtype)
@@ -278,13 +343,13 @@ class FileTable:
 
     def unindexed_labels(self, column: str) -> list[str]:
         """Labels whose ``idx:`` list of ``column`` is unknown (null, or no such column)."""
-        name = IDX + column
-        if name not in self._rows.column_names:
+        got = self.index_lists(column)
+        if got is None:
             return list(self.unique_labels().to_pylist())
-        rows = self._rows.select(["label", name])
+        rows = pa.table({"label": self.labels, "lists": got})
         if not self.single_table():
             rows = rows.take(self.first_rows())
-        lists = rows.column(name)
+        lists = rows.column("lists")
         if lists.null_count == 0:
             return []
         return list(rows.filter(pc.is_null(lists)).column("label").to_pylist())
@@ -315,7 +380,9 @@ class FileTable:
 
     def drop_index(self, column: str) -> FileTable:
         name = IDX + column
-        if name not in self._rows.column_names:
+        if self._lazy is not None and name in self._lazy.names:
+            return _restore(self._stored, self._derived).with_lazy_index_lists(self._lazy.without(name))
+        if name not in self._stored.column_names:
             return self
         return self._same_kind(self._rows.drop_columns([name]))
 
@@ -327,7 +394,7 @@ class FileTable:
         label is); anything the screen flags gets the exact check on the built keys."""
         if self._derived is not None:
             return self._validate_derived(dataset_uuid, where)
-        t = self.table
+        t = self._stored  # label, table, key (the index lists stay encoded)
         for i in range(3):
             if not pa.types.is_string(t.schema.field(i).type):
                 raise CorruptMetadataError(f"{where}: file table column {t.column_names[i]!r} is not a string column")
@@ -355,7 +422,7 @@ class FileTable:
         from kstore.core import naming
 
         uuid, name = self._derived  # type: ignore[misc]
-        labels = self._rows.column("label")
+        labels = self._stored.column("label")
         if not pa.types.is_string(labels.type):
             raise CorruptMetadataError(f"{where}: file table column 'label' is not a string column")
         if labels.null_count:
@@ -367,7 +434,7 @@ class FileTable:
         except Exception as exc:
             raise CorruptMetadataError(f"{where}: {exc}") from exc
         if len(self) and any(_label_maybe_odd(chunk) for chunk in labels.chunks):
-            FileTable(self.table).validate(dataset_uuid, where)
+            FileTable(self._keyed(self._stored)).validate(dataset_uuid, where)
         return self
 
     # -- changes -----------------------------------------------------------------------
@@ -379,21 +446,120 @@ class FileTable:
             if add is None:  # a file whose key is not derivable: this table stores keys from now on
                 return FileTable(self.table).apply(actions)
             actions = Actions(add=add, remove=actions.remove)
-        table = self._rows
+        if self._lazy is not None:
+            return self._apply_lazy(actions, self._lazy)
+        table = self._stored
         if actions.remove and table.num_rows:
             gone = pc.is_in(table.column("label"), value_set=pa.array(list(actions.remove), pa.string()))
             table = table.filter(pc.invert(gone))
         if actions.add is not None and actions.add.num_rows:
             if table.num_rows == 0 and table.num_columns <= (3 if self._derived is None else 1):
-                table = in_microseconds(actions.add)
+                table = _idx_last(in_microseconds(actions.add))
             else:
-                table = pa.concat_tables([in_microseconds(table), in_microseconds(actions.add)],
-                                         promote_options="permissive")
+                table = _idx_last(pa.concat_tables([in_microseconds(table), in_microseconds(actions.add)],
+                                                   promote_options="permissive"))
         return self._same_kind(table)
+
+    def _apply_lazy(self, actions: Actions, lazy: LazyIndexLists) -> FileTable:
+        """:meth:`apply` on the decoded columns; the encoded lists get the same change
+        when they are decoded (:meth:`LazyIndexLists.after`)."""
+        table = self._stored
+        keep = None
+        if actions.remove and table.num_rows:
+            keep = pc.invert(pc.is_in(table.column("label"), value_set=pa.array(list(actions.remove), pa.string())))
+            table = table.filter(keep)
+        kept = table.num_rows
+        add = actions.add if actions.add is not None and actions.add.num_rows else None
+        if add is not None:
+            plain = add.drop_columns([n for n in add.column_names if n.startswith(IDX)])
+            table = _idx_last(pa.concat_tables([in_microseconds(table), in_microseconds(plain)],
+                                               promote_options="permissive"))
+        return _restore(table, self._derived).with_lazy_index_lists(lazy.after(keep, kept, add))
 
 
 def _restore(rows: pa.Table, derived: tuple[str, str] | None) -> FileTable:
     return FileTable(rows) if derived is None else FileTable.with_derived_keys(rows, *derived)
+
+
+def _idx_last(table: pa.Table) -> pa.Table:
+    """``table`` with its ``idx:`` columns last (their order kept): the order a table whose
+    lists were decoded late has, so that both give the same checkpoint."""
+    names = table.column_names
+    idx = [n for n in names if n.startswith(IDX)]
+    if not idx or names[-len(idx):] == idx:
+        return table
+    return table.select([n for n in names if not n.startswith(IDX)] + idx)
+
+
+class LazyIndexLists:
+    """The ``idx:`` lists of a file table, decoded column by column on first use.
+
+    ``fetch(name)`` decodes one column (one list per file, ``n`` files; it raises
+    CorruptMetadataError when the column is damaged); each column is decoded once
+    (thread-safe). A change to the table (:meth:`after`, :meth:`without`) is a new
+    value that applies the change to the columns as they are decoded.
+
+    >>> lazy = LazyIndexLists(("idx:x",), lambda name: pa.chunked_array([pa.array([[1], [2]])]), 2)
+    >>> later = lazy.after(pa.array([False, True]), 1, pa.table({"label": ["c"], "idx:x": [[3]]}))
+    >>> later.n, later.column("idx:x").to_pylist()
+    (2, [[2], [3]])
+    """
+
+    def __init__(self, names: Sequence[str], fetch: Callable[[str], pa.ChunkedArray], n: int) -> None:
+        self.names = tuple(names)
+        self.n = n
+        self._fetch = fetch
+        self._got: dict[str, pa.ChunkedArray] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LazyIndexLists({list(self.names)}, {self.n} files, decoded {sorted(self._got)})"
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        if name not in self.names:
+            raise KeyError(name)
+        with self._lock:
+            got = self._got.get(name)
+            if got is None:
+                got = self._fetch(name)
+                if isinstance(got, pa.Array):
+                    got = pa.chunked_array([got])
+                if len(got) != self.n:
+                    raise CorruptMetadataError(f"index lists {name!r} hold {len(got)} entries for {self.n} files")
+                self._got[name] = got
+            return got
+
+    def without(self, name: str) -> LazyIndexLists:
+        return LazyIndexLists([n for n in self.names if n != name], self.column, self.n)
+
+    def after(self, keep: pa.Array | pa.ChunkedArray | None, kept: int, add: pa.Table | None) -> LazyIndexLists:
+        """The lists once the files where ``keep`` is false are removed (``kept`` left) and
+        the rows of ``add`` are appended (its ``idx:`` columns; null lists where it has none,
+        and for the kept files in a column only ``add`` has)."""
+        n_add = add.num_rows if add is not None else 0
+        extra = {n: add.column(n) for n in add.column_names if n.startswith(IDX)} if add is not None else {}
+        names = self.names + tuple(n for n in extra if n not in self.names)
+
+        def fetch(name: str) -> pa.ChunkedArray:
+            old = self.column(name) if name in self.names else None
+            if old is not None and keep is not None:
+                old = old.filter(keep)
+            new = extra.get(name)
+            if old is None:
+                assert new is not None
+                old = pa.chunked_array([pa.nulls(kept, new.type)])
+            if new is None:
+                new = pa.chunked_array([pa.nulls(n_add, old.type)]) if n_add else None
+            if new is None:
+                return old
+            if not new.type.equals(old.type):
+                if pa.types.is_null(old.type):
+                    old = old.cast(new.type)
+                else:
+                    new = new.cast(old.type)
+            return pa.chunked_array([*old.chunks, *new.chunks], old.type)
+
+        return LazyIndexLists(names, fetch, kept + n_add)
 
 
 def _strip_derived(add: pa.Table, dataset_uuid: str, table_name: str) -> pa.Table | None:

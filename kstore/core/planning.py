@@ -24,8 +24,9 @@ dataset 'd': 2 files -> 1 planned
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -268,6 +269,10 @@ def _idx_lists(rows: pa.Table | None, column: str) -> pa.ChunkedArray | None:
     return rows.column(f"idx:{column}")
 
 
+def _no_lists(column: str) -> None:
+    return None
+
+
 def _lists_mask(term: Term, lists: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> np.ndarray:
     """Per file: whether any of its distinct values (an ``idx:`` list) satisfies ``term``
     (files whose list is unknown are kept). The same test the rows get, on the values;
@@ -335,11 +340,13 @@ class _Candidates:
     keys: pa.Array | pa.ChunkedArray | None
     #: the file table's ``keys_of`` where its keys are derived from the labels
     derived_keys: Any
-    #: the table's files (format 2: with statistics and ``idx:`` lists)
+    #: the table's files (format 2: with statistics; ``idx:`` lists come from index_lists)
     rows: pa.Table
     stats: pa.Table | None
     #: each candidate's row in ``stats`` (-1: none)
     stats_rows: np.ndarray | None
+    #: a column's ``idx:`` lists, one per candidate (None: it has none); decoded on demand
+    index_lists: Callable[[str], pa.ChunkedArray | None]
 
     @property
     def n(self) -> int:
@@ -409,11 +416,19 @@ def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _C
     from ``stats``, the statistics file the caller loaded (matched by label)."""
     files = meta.files
     derived_keys: Any = None
-    if files.derived is not None:  # keys built for the kept files only
-        rows = files.rows if files.derived[1] == table else files.rows.slice(0, 0)
-        derived_keys = files.keys_of
+    index_lists: Callable[[str], pa.ChunkedArray | None] = files.index_lists  # only the lists a term needs
+    if files.derived is not None or files.single_table():
+        rows = files.base
+        if files.derived is not None:  # keys built for the kept files only
+            derived_keys = files.keys_of
+            ours = files.derived[1] == table
+        else:
+            ours = not rows.num_rows or rows.column("table")[0].as_py() == table
+        if not ours:
+            rows, index_lists = rows.slice(0, 0), _no_lists
     else:
         rows = files.for_table(table)
+        index_lists = partial(_idx_lists, rows)
     # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
     # copy of 100k labels and keys to plan, only the kept ones are taken
     labels = rows.column("label")
@@ -421,12 +436,12 @@ def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _C
     if meta.columnar:
         has_stats = "rows" in rows.column_names and rows.num_rows > 0
         return _Candidates(labels, keys, derived_keys, rows, rows if has_stats else None,
-                           np.arange(rows.num_rows) if has_stats else None)
+                           np.arange(rows.num_rows) if has_stats else None, index_lists)
     stats_rows = None
     if stats is not None and len(labels) and stats.num_rows:
         pos = pc.index_in(labels, value_set=stats.column("label").combine_chunks())
         stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
-    return _Candidates(labels, keys, derived_keys, rows, stats, stats_rows)
+    return _Candidates(labels, keys, derived_keys, rows, stats, stats_rows, index_lists)
 
 
 def _prune(meta: DatasetMetadata, schema: pa.Schema, dnf: Any, files: _Candidates,
@@ -465,7 +480,7 @@ def _prune_term(term: Term, files: _Candidates, schema: pa.Schema, indices: Mapp
     """Narrow ``mask`` (in place) by one term on a data column: the state's index lists,
     else a secondary index that answers the operator, else statistics. Returns the
     stage's name (None: nothing could prune)."""
-    lists = _idx_lists(files.rows, term.column)
+    lists = files.index_lists(term.column)
     if lists is not None and term.op != "is null":
         mask &= _lists_mask(term, lists, schema)
         return "secondary index"

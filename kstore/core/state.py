@@ -37,7 +37,7 @@ Examples
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +49,14 @@ from kstore.core.filetable import (
     SYNC_IPC,
     Actions,
     FileTable,
+    LazyIndexLists,
     checked_ipc_table,
     from_ipc_text,
     ipc_text,
     string_bytes,
 )
 from kstore.core.metadata import DatasetMetadata
+from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError, LimitExceededError
 
 __all__ = ["Decoded", "encode_actions", "decode_actions", "replay", "checkpoint_bytes", "from_checkpoint",
@@ -211,11 +213,33 @@ def checkpoint_bytes(meta: DatasetMetadata) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: int | None = None) -> DatasetMetadata:
-    """The state a checkpoint holds (validated; ``version`` is the one its key names)."""
+def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: int | None = None,
+                    lazy: bool = True,
+                    read_around: Callable[[str, CorruptMetadataError], pa.ChunkedArray] | None = None,
+                    ) -> DatasetMetadata:
+    """The state a checkpoint holds (validated; ``version`` is the one its key names).
+
+    ``lazy``: the ``idx:`` lists stay encoded until a reader asks for a column's
+    (:class:`~kstore.core.filetable.LazyIndexLists`): opening a version costs the labels
+    and statistics, and a predicate on one indexed column decodes that column alone. A
+    column that turns out damaged then is a CorruptMetadataError naming the checkpoint
+    and the column, or, with ``read_around(name, error)``, the lists it returns (the
+    loader rebuilds them from the log). ``lazy=False`` decodes everything now (garbage
+    collection verifies a checkpoint so before it relies on it).
+    """
     where = f"dataset {dataset_uuid!r}: checkpoint of version {version}"
+    buf = pa.py_buffer(data)
     try:
-        table = checked_ipc_table(pa.ipc.open_file(pa.py_buffer(data), options=SYNC_IPC).read_all())  # (see SYNC_IPC)
+        reader = pa.ipc.open_file(buf, options=SYNC_IPC)  # (see SYNC_IPC)
+        names = reader.schema.names
+        decoded_schema(reader.schema)
+        later = [i for i, n in enumerate(names) if n.startswith(IDX)] if lazy else []
+        if later and len(set(names)) == len(names):
+            now = [i for i in range(len(names)) if i not in set(later)]
+            reader = pa.ipc.open_file(buf, options=pa.ipc.IpcReadOptions(use_threads=False, included_fields=now))
+        else:
+            later = []
+        table = checked_ipc_table(reader.read_all())
         if max_bytes is not None and table.nbytes > max_bytes:
             raise LimitExceededError(f"{where} holds {table.nbytes} bytes of data, more than the limit of {max_bytes}")
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -245,6 +269,30 @@ def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: 
             raise CorruptMetadataError(f"{where}: its files are in table {name!r:.60}, which the dataset does not have")
         rows = conform_files(table.replace_schema_metadata(None), small.schema, where, derived=True)
         files = FileTable.with_derived_keys(rows, dataset_uuid, name)
+    schema = small.schema
+    kept = [i for i in later if schema is not None and schema.get_field_index(names[i][len(IDX):]) >= 0]
+    if kept:
+        decoded = table.nbytes
+
+        def fetch(column: str) -> pa.ChunkedArray:
+            nonlocal decoded
+            try:
+                opts = pa.ipc.IpcReadOptions(use_threads=False, included_fields=[names.index(column)])
+                got = checked_ipc_table(pa.ipc.open_file(buf, options=opts).read_all())
+                if got.num_rows != len(files):
+                    raise ValueError(f"{got.num_rows} entries for {len(files)} files")
+                lists = conform_index_lists(got.column(0), column, schema, where)
+            except (pa.ArrowException, OSError, ValueError, CorruptMetadataError) as exc:
+                error = CorruptMetadataError(f"{where}: its index lists {column!r} do not decode ({exc})")
+                if read_around is None:
+                    raise error from exc
+                return read_around(column, error)
+            decoded += lists.nbytes
+            if max_bytes is not None and decoded > max_bytes:
+                raise LimitExceededError(f"{where} holds {decoded} bytes of data, more than the limit of {max_bytes}")
+            return lists
+
+        files = files.with_lazy_index_lists(LazyIndexLists([names[i] for i in kept], fetch, len(files)))
     return small.with_files(files.validate(dataset_uuid, where))
 
 
@@ -319,7 +367,6 @@ def conform_files(table: pa.Table, schema: pa.Schema | None, where: str, *, deri
     index lists of columns the schema lacks are dropped; any defect is a
     CorruptMetadataError naming ``where`` and the column. ``derived``: a checkpoint's rows
     without ``table`` and ``key`` (see :data:`DERIVED_KEY`)."""
-    from kstore.core.index import index_storage_type
     from kstore.core.stats import _bound_type, _conform_column, _orderable, in_microseconds
     from kstore.core.types import duplicate_names
 
@@ -359,18 +406,28 @@ def conform_files(table: pa.Table, schema: pa.Schema | None, where: str, *, deri
             table = _conform_column(table, n, want, where, f"statistic {n.split(':')[0]!r} of column {c!r}")
         keep.extend(trio)
     for name in [n for n in table.column_names if n.startswith(IDX)]:
-        c = name[len(IDX):]
-        i = schema.get_field_index(c) if schema is not None else -1
-        if i < 0:
+        if schema is None or schema.get_field_index(name[len(IDX):]) < 0:
             continue
-        want = pa.list_(index_storage_type(schema.field(i).type))  # type: ignore[union-attr]
         col = table.column(name)
-        if not col.type.equals(want):
-            if not (pa.types.is_list(col.type) or pa.types.is_null(col.type)):
-                raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}")
-            try:
-                table = table.set_column(table.column_names.index(name), name, col.cast(want))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}") from exc
+        fit = conform_index_lists(col, name, schema, where)
+        if fit is not col:
+            table = table.set_column(table.column_names.index(name), name, fit)
         keep.append(name)
     return table.select(keep) if keep != table.column_names else table
+
+
+def conform_index_lists(col: pa.ChunkedArray, name: str, schema: pa.Schema, where: str) -> pa.ChunkedArray:
+    """The ``idx:`` lists ``name`` of a file table in the list type of the column's index
+    (``schema`` has the column); CorruptMetadataError naming ``where`` if they are not lists
+    of values of that kind."""
+    from kstore.core.index import index_storage_type
+
+    want = pa.list_(index_storage_type(schema.field(name[len(IDX):]).type))
+    if col.type.equals(want):
+        return col
+    if not (pa.types.is_list(col.type) or pa.types.is_null(col.type)):
+        raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}")
+    try:
+        return col.cast(want)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptMetadataError(f"{where}: index values {name!r} are {col.type}, not {want}") from exc

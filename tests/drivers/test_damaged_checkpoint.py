@@ -16,6 +16,7 @@ import logging
 from datetime import timedelta
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import kstore
@@ -221,3 +222,115 @@ def test_gc_without_garbage_replaces_a_damaged_start_checkpoint_before_expiring(
     assert not result.deleted_files and 19 in result.expired_versions and 20 in result.retained_versions
     assert ids(store_url) == set(range(3)) | {100 + v for v in range(1, 21)}
     load.load_checkpoint(st, UUID, 20)  # readable again
+
+
+# -- index lists decoded on demand (issue #32) ------------------------------------------------
+# A checkpoint's ``idx:`` columns are decoded when a predicate first needs them, so damage
+# confined to one column's bytes shows then, not on open. It is read around the same way
+# (rebuilt from an older checkpoint and the entries); garbage collection decodes every
+# column of a checkpoint it keeps before the entries below it go.
+
+IUUID = "dcx"
+
+
+def xframe(ids) -> pd.DataFrame:
+    ids = list(ids)
+    return pd.DataFrame({"p": [i % 3 for i in ids], "id": ids, "x": [i % 7 for i in ids]})
+
+
+@pytest.fixture
+def xurl(store_url):
+    """Versions 0..12 of a dataset with an index on ``x``: checkpoints at 0 and 10."""
+    kstore.store_dataset(store_url, IUUID, xframe(range(6)), partition_on=["p"], secondary_indices=["x"])
+    for v in range(1, 13):
+        kstore.update_dataset(store_url, IUUID, xframe([10 * v, 10 * v + 1]))
+    assert load.list_log(kstore.open_store(store_url), IUUID).checkpoints == (0, 10)
+    return store_url
+
+
+def xids(url: str, x: int, **kw) -> set[int]:
+    return set(kstore.read_dataset(url, IUUID, columns=["id"], predicates=[[("x", "==", x)]], **kw)["id"].tolist())
+
+
+def x_expected(version: int, x: int) -> set[int]:
+    rows = set(range(6)) | {i for v in range(1, version + 1) for i in (10 * v, 10 * v + 1)}
+    return {i for i in rows if i % 7 == x}
+
+
+def damage_index_lists(url: str, version: int, column: str = "x") -> str:
+    """Rewrite the checkpoint of ``version`` with the list offsets of ``idx:<column>`` running
+    backwards: everything else in it decodes."""
+    st = kstore.open_store(url)
+    key = naming.checkpoint_key(IUUID, version)
+    table = pa.ipc.open_file(pa.py_buffer(st.get(key))).read_all()
+    name = "idx:" + column
+    good = table.column(name).combine_chunks()
+    offsets = good.offsets.to_pylist()
+    assert len(offsets) > 3 and offsets[2] < offsets[-1]
+    offsets[1] = offsets[-1]  # slot 1 now ends past where slot 2 ends
+    bad = pa.ListArray.from_buffers(good.type, len(good), [None, pa.array(offsets, pa.int32()).buffers()[1]],
+                                    children=[good.values])
+    table = table.set_column(table.column_names.index(name), name, bad)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table)
+    st.put(key, sink.getvalue().to_pybytes())
+    return key
+
+
+def test_opening_decodes_no_index_lists_and_a_predicate_decodes_only_its_column(xurl):
+    kstore.update_dataset(xurl, IUUID, xframe([500]), secondary_indices=["id"])  # a second index, version 13
+    snap = kstore.open_dataset(xurl, IUUID, version=10)
+    lazy = snap.metadata.files._lazy
+    assert lazy is not None and set(lazy.names) == {"idx:x"} and not lazy._got
+    assert set(snap.read(columns=["id"], predicates=[[("x", "==", 3)]])["id"]) == x_expected(10, 3)
+    assert snap.read(columns=["id"], predicates=[[("x", "==", 3)]]).shape[0] == len(x_expected(10, 3))
+    assert set(lazy._got) == {"idx:x"}
+
+
+def test_damaged_index_lists_in_a_checkpoint_are_read_around(xurl, caplog):
+    key = damage_index_lists(xurl, 10)
+    before = snapshot_of_store(xurl)
+    with caplog.at_level(logging.WARNING, logger="kstore.load"):
+        snap = kstore.open_dataset(xurl, IUUID)  # opens: the lists are not decoded yet
+        assert not caplog.records
+        for x in range(7):
+            assert set(snap.read(columns=["id"], predicates=[[("x", "==", x)]])["id"]) == x_expected(12, x), x
+    assert any(key in r.getMessage() and "idx:x" in r.getMessage() for r in caplog.records)
+    for v in (10, 11):
+        assert xids(xurl, 3, version=v) == x_expected(v, 3)
+    assert snapshot_of_store(xurl) == before  # reads write nothing
+    kstore.update_dataset(xurl, IUUID, xframe([700]))  # an append on the damaged base commits
+    assert xids(xurl, 700 % 7) == x_expected(12, 700 % 7) | {700}
+
+
+def test_damaged_index_lists_without_a_chain_left_are_a_clear_error_naming_the_column(xurl):
+    st = kstore.open_store(xurl)
+    for v in range(10):  # as if garbage collection had removed the entries below the checkpoint
+        st.delete(naming.log_key(IUUID, v))
+    st.delete(naming.checkpoint_key(IUUID, 0))
+    damage_index_lists(xurl, 10)
+    assert set(kstore.read_dataset(xurl, IUUID, columns=["id"])["id"]) == x_expected(12, 0) | {
+        i for x in range(1, 7) for i in x_expected(12, x)}  # what needs no index lists still reads
+    before = snapshot_of_store(xurl)
+    with pytest.raises(CorruptMetadataError) as err:
+        xids(xurl, 3)
+    msg = str(err.value)
+    assert "checkpoint of version 10" in msg and "idx:x" in msg and "garbage collection" in msg, msg
+    assert snapshot_of_store(xurl) == before
+
+
+def test_garbage_collection_replaces_a_checkpoint_whose_index_lists_are_damaged(xurl):
+    """GC keeps version 10 (its checkpoint) and expires 0..9: it must decode every column of
+    that checkpoint first, find the damage and write it anew, or the lists of ``x`` would
+    have nothing left to be rebuilt from."""
+    damage_index_lists(xurl, 10)
+    st = kstore.open_store(xurl)
+    kstore.update_dataset(xurl, IUUID, delete_scope=[{"p": 0}])  # garbage (version 13)
+    result = kstore.garbage_collect(xurl, IUUID, retention=timedelta(0), enforce_retention_duration=False)
+    assert result.expired_versions
+    retained = load.list_log(st, IUUID).checkpoints
+    for c in retained:
+        load.load_checkpoint(st, IUUID, c, lazy=False)  # every column decodes again
+    for x in range(7):
+        assert xids(xurl, x) == {i for i in x_expected(12, x) if i % 3 != 0}, x
