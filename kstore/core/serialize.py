@@ -70,7 +70,8 @@ def dumps(raw: dict[str, Any], fmt: MetadataFormat = "json") -> bytes:
             return json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
         if fmt == "msgpack.zstd":
             packed = msgpack.packb(raw, use_bin_type=True, default=_msgpack_default)
-            return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(packed)
+            # the frame's checksum: a flipped bit anywhere is a decode error, never other metadata
+            return zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(packed)
     except RecursionError as exc:
         raise _too_deep("cannot write metadata") from exc
     except ValueError as exc:
