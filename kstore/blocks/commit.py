@@ -27,6 +27,7 @@ a failure to publish raises :class:`~kstore.errors.CommitStateUnknownError` with
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -578,15 +579,23 @@ def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetM
     rewritten from the file table's ``idx:`` lists when the version changed them."""
     files = new.files
     keys: dict[str, str] = {}
+    fresh = []
     for col in wanted:
         if not changed and base is not None and col in base.indices:
             keys[col] = base.indices[col]
-            continue
+        else:
+            fresh.append(col)
+
+    def build(col: str) -> str:  # one column each, in parallel (Arrow's kernels release the GIL)
         idx = files.column_index(col, index_storage_type(schema.field(col).type))
         key = write_index_file(store, new.uuid, idx)
-        keys[col] = key
-        written.append(key)
-    return keys
+        with lock:
+            written.append(key)
+        return key
+
+    lock = threading.Lock()
+    keys.update(zip(fresh, runtime.parallel_map(build, fresh, cpu_bound=True)))
+    return {col: keys[col] for col in wanted}
 
 
 def _claim(store: Store, key: str, data: bytes, entry: LogEntry) -> bool:

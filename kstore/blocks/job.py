@@ -26,7 +26,9 @@ Examples
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -38,6 +40,7 @@ from kstore.blocks.load import Head
 from kstore.blocks.mutate import base_version
 from kstore.blocks.scope import resolve_scope, scope_from_files
 from kstore.blocks.write import (
+    DictionaryChoice,
     FileLayout,
     WrittenFile,
     delete_files,
@@ -60,6 +63,7 @@ from kstore.core.operations import (
     OverwritePartitions,
     txn_committed,
 )
+from kstore.core.runtime import pool_size
 from kstore.core.types import drop_stale_type_hints, merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
@@ -278,10 +282,15 @@ def write_files(
     job: WriteJob,
     data: Any,
 ) -> tuple[list[WrittenFile], pa.Schema | None]:
-    """Write every chunk of ``data`` for ``job`` (one chunk in memory at a time); no commit.
+    """Write every chunk of ``data`` for ``job``; no commit.
 
-    On any error the files written so far are deleted and the error re-raised. Drivers call
-    this between :func:`kstore.blocks.job.prepare_write` and
+    Chunks are encoded in parallel, one per writer thread (:func:`~kstore.core.runtime.
+    cpu_threads`; ``KSTORE_THREADS=1`` writes one chunk at a time): the next chunk is pulled
+    from ``data`` only while fewer than that many are being written, so at most one chunk
+    per thread, plus the one being pulled, is in memory. The files come back in the
+    chunks' order. On any error every file written so far is deleted (the chunks in
+    flight are finished first, so none is left behind) and the error re-raised. Drivers
+    call this between :func:`kstore.blocks.job.prepare_write` and
     :func:`kstore.blocks.job.finish_write`; users call :func:`kstore.store_dataset` /
     :func:`kstore.update_dataset` instead.
 
@@ -298,18 +307,44 @@ def write_files(
         The records of the written files, and the merged schema of the chunks (None when
         ``data`` held no chunk).
     """
+    window = pool_size(1 << 30, cpu_bound=True)
     files: list[WrittenFile] = []
-    schemas = []
+    schemas: list[pa.Schema] = []
+    pending: deque[Future[list[WrittenFile]]] = deque()
+    seen: tuple[pa.Schema, pa.Schema] | None = None  # (a chunk's schema, what check_schema made of it)
+    choice = DictionaryChoice()  # judged on the first large file, used by the later chunks
+    pool = ThreadPoolExecutor(window, thread_name_prefix="kstore-write") if window > 1 else None
     try:
         for table in iter_tables(data, dataset=job.dataset_uuid):
-            schemas.append(check_schema(job, table))
-            merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
-            files.extend(
-                write_partitions(job.store, job.dataset_uuid, table, job.layout)
-            )
+            if seen is not None and table.schema.equals(seen[0], check_metadata=True):
+                schema = seen[1]  # (a pure function of the chunk's schema: checked once per schema)
+            else:
+                schema = check_schema(job, table)
+                seen = (table.schema, schema)
+            if not schemas or not schema.equals(schemas[-1], check_metadata=True):
+                schemas.append(schema)
+                merge_worker_schemas(job, schemas[-2:])  # fail on the first chunk that disagrees
+            if pool is None:
+                files.extend(write_partitions(job.store, job.dataset_uuid, table, job.layout, dictionaries=choice))
+                continue
+            pending.append(pool.submit(write_partitions, job.store, job.dataset_uuid, table, job.layout,
+                                       dictionaries=choice))
+            del table  # (the pool holds it until it is written)
+            while len(pending) >= window:
+                files.extend(pending.popleft().result())
+        while pending:
+            files.extend(pending.popleft().result())
     except BaseException:
+        for f in pending:  # let the chunks in flight finish, then delete what they wrote
+            try:
+                files.extend(f.result())
+            except BaseException:  # noqa: BLE001 - write_partitions deleted its own files
+                pass
         delete_files(job.store, files)
         raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     return files, merge_worker_schemas(job, schemas)
 
 

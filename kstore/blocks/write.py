@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -479,8 +481,17 @@ def file_schema_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
     >>> [c["numpy_type"] for c in json.loads(meta[b"pandas"])["columns"]]
     ['int64']
     """
+    return dict(_file_schema_metadata(schema.serialize().to_pybytes()))
+
+
+@functools.lru_cache(maxsize=64)
+def _file_schema_metadata(serialized: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    """:func:`file_schema_metadata` of a serialized schema (the bytes are the key: a schema's
+    ``==`` ignores its metadata, which the result depends on); a stream of chunks of one
+    schema pays for the pandas metadata once."""
+    schema = pa.ipc.read_schema(pa.py_buffer(serialized))
     meta = with_pandas_metadata(schema.remove_metadata(), schema_pandas_metadata(schema), index=False).metadata
-    return dict(meta or {})
+    return tuple((meta or {}).items())
 
 
 def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
@@ -598,12 +609,60 @@ def _write_file(store: Store, layout: FileLayout, label: str, key: str, data: pa
         col = data.column(c)
         if pat.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
-        distinct = pc.unique(col.combine_chunks()).drop_null()
-        if not pat.is_floating(distinct.type):  # sorted: the commit takes them as they are
-            with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
-                distinct = distinct.take(pc.array_sort_indices(distinct))
-        idx_values[c] = distinct
+        idx_values[c] = _sorted_distinct(col)
     return WrittenFile(label, layout.table_name, key, file_stats(data, len(payload)), idx_values), misses
+
+
+#: rows a file needs before its dictionary misses decide for a whole stream of chunks (a
+#: small file holds few repeats even of a column with few values, and would mislead)
+JUDGE_ROWS = 8192
+
+
+class DictionaryChoice:
+    """The columns whose dictionary did not pay (``use_dictionary="auto"``), learned from the
+    first large file of a stream of chunks and used by its later files: one judgement per
+    write instead of one per chunk, and the later files skip the dictionary those columns
+    do not need. Thread-safe (chunks are written in parallel).
+
+    >>> choice = DictionaryChoice()
+    >>> choice.plain is None
+    True
+    >>> choice.record(frozenset({"price"}), rows=100_000)
+    >>> choice.plain
+    frozenset({'price'})
+    """
+
+    def __init__(self) -> None:
+        self._plain: frozenset[str] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def plain(self) -> frozenset[str] | None:
+        """The columns to write without a dictionary (None: not judged yet)."""
+        return self._plain
+
+    def record(self, misses: frozenset[str], *, rows: int) -> None:
+        if rows < JUDGE_ROWS:
+            return
+        with self._lock:
+            self._plain = misses if self._plain is None else self._plain | misses
+
+
+def _sorted_distinct(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A file's distinct non-null values of an indexed column, sorted where the type sorts
+    (the commit takes sorted lists as they are; it sorts floats and the rest itself).
+    Integers sort in numpy (one pass, a third of Arrow's sort-and-take).
+
+    >>> _sorted_distinct(pa.chunked_array([[3, 1, None, 3, 2]])).to_pylist()
+    [1, 2, 3]
+    """
+    distinct = pc.unique(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).drop_null()
+    if pat.is_integer(distinct.type):
+        return pa.array(np.sort(distinct.to_numpy()), distinct.type)
+    if not pat.is_floating(distinct.type):
+        with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
+            distinct = distinct.take(pc.array_sort_indices(distinct))
+    return distinct
 
 
 def write_partitions(
@@ -614,11 +673,13 @@ def write_partitions(
     *,
     file_id: str | None = None,
     max_workers: int | None = None,
+    dictionaries: DictionaryChoice | None = None,
 ) -> list[WrittenFile]:
     """Split ``table`` by ``layout.partition_on`` and write one Parquet file per partition value.
 
     Files are written in parallel threads (Arrow releases the GIL while encoding). Returns
-    one :class:`WrittenFile` per file; nothing is committed here.
+    one :class:`WrittenFile` per file; nothing is committed here. ``dictionaries`` carries
+    the dictionary choice from one call to the next (the chunks of one write).
     """
     split = split_rows(table, layout.partition_on, dataset=dataset_uuid)
     # every key first: a partition value that cannot be a key fails before any file is written
@@ -639,12 +700,16 @@ def write_partitions(
             # every column, and its misses are the columns the run's other files write plain
             # (a small file would mislead: it holds few repeats even of a column with few values)
             first = max(range(len(run)), key=lambda i: tables[i].num_rows)
-            plain: frozenset[str] = frozenset()
+            known = dictionaries.plain if dictionaries is not None else None
+            plain: frozenset[str] = known or frozenset()
             for i in [first, *(i for i in range(len(run)) if i != first)]:
                 label, key = keys[run[i]]
-                done[i], misses = _write_file(store, layout, label, key, tables[i], plain=plain, judge=i == first,
+                judge = i == first and known is None and (len(run) > 1 or dictionaries is not None)
+                done[i], misses = _write_file(store, layout, label, key, tables[i], plain=plain, judge=judge,
                                               metadata=metadata)
                 plain |= misses
+                if judge and dictionaries is not None:
+                    dictionaries.record(misses, rows=tables[i].num_rows)
         except BaseException:
             # this run's files, and the key being put: a put that failed may still have landed
             delete_keys(store, [f.key for f in done.values()] + ([key] if key is not None else []))

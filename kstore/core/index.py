@@ -151,7 +151,11 @@ class ColumnIndex:
         """The index of (value, label id) pairs: sorted, duplicates dropped, grouped. With
         ``ids_ascending`` (the pairs come in label id order) a stable sort by value alone
         gives the (value, id) order."""
-        if ids_ascending:
+        if ids_ascending and pat.is_integer(vtype) and not values.null_count:
+            # numpy's stable sort merges the runs the pairs come in (each file's sorted values): half of Arrow's
+            flat = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+            order = pa.array(np.argsort(flat.to_numpy(), kind="stable"))
+        elif ids_ascending:
             order = pc.sort_indices(values)  # stable: equal values keep their (ascending) id order
         else:
             pairs = pa.table({"v": values, "i": ids})

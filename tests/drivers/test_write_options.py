@@ -297,6 +297,34 @@ def test_auto_dictionary_writes_nearly_unique_columns_plain_after_the_first_file
     assert back["maybe"].isna().sum() == df["maybe"].isna().sum()
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("first_rows", [20_000, 50])
+def test_auto_dictionary_is_judged_once_for_a_stream_of_chunks(tmp_path, monkeypatch, threads, first_rows):
+    """A stream of chunks (one file each): the first file with enough rows to judge decides
+    for the later chunks (they write the unique columns plain); a small first chunk does not
+    judge (few repeats would mislead), the next large one does. Every value reads back."""
+    monkeypatch.setenv("KSTORE_THREADS", threads)
+    url = str(tmp_path / "s")
+    chunks = [_auto_frame(first_rows).drop(columns="day")] + [
+        _auto_frame(12_000).drop(columns="day").assign(id=lambda d, k=k: d["id"] + 100_000 * (k + 1))
+        for k in range(6)]
+    meta = kstore.store_dataset(url, UUID, iter(chunks))
+    files = {label: pq.ParquetFile(str(tmp_path / "s" / key)) for label, files in meta.partitions.items()
+             for key in files.values()}
+    kinds = [_dictionary_columns(files[label]) for label in meta.partitions]  # in the chunks' order
+    assert len(kinds) == 7
+    every = {"id", "price", "few", "label", "cat", "maybe"}
+    judged = [i for i, k in enumerate(kinds) if k >= every]
+    later = [k for i, k in enumerate(kinds) if i not in judged]
+    assert judged and judged[-1] < 1 + int(threads) + (first_rows < 8192)  # only while nothing was judged yet
+    assert later and all(k == {"few", "label", "cat"} for k in later), kinds
+    if first_rows < 8192:
+        assert 0 in judged and 1 in judged  # the tiny first file judged nothing for the others
+    back = kstore.read_dataset(url, UUID).sort_values("id").reset_index(drop=True)
+    want = pd.concat(chunks).sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(back[want.columns.tolist()], want, check_dtype=False, check_categorical=False)
+
+
 @pytest.mark.parametrize("choice, expected", [(True, {"id", "price", "few", "label", "cat", "maybe"}),
                                               (False, set()), (["id"], {"id"})])
 def test_an_explicit_use_dictionary_is_kept_in_every_file(tmp_path, choice, expected):
