@@ -34,6 +34,15 @@ class Bytes(CountingStore):
         data = super().get(key)
         Bytes.n += len(data)
         return data
+    def open(self, key):
+        fh = super().open(key)
+        read = fh.read
+        def counted(*a):
+            data = read(*a)
+            Bytes.n += len(data)
+            return data
+        fh.read = counted
+        return fh
 
 root, value = sys.argv[1], int(sys.argv[2])
 out = {}

@@ -55,6 +55,16 @@ class Bytes(CountingStore):
         data = super().get(key)
         n += len(data)
         return data
+    def open(self, key):
+        fh = super().open(key)
+        read = fh.read
+        def counted(*a):
+            global n
+            data = read(*a)
+            n += len(data)
+            return data
+        fh.read = counted
+        return fh
 st = Bytes(LocalStore(sys.argv[1]))
 t0 = time.perf_counter()
 plan = kstore.plan_read(st, "sales_b", predicates=[[("location", "==", int(sys.argv[2]))]])

@@ -55,7 +55,7 @@ from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import AddedFile, Delete, Operation
-from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_bytes, encode_actions, main_file_bytes
+from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_parts, encode_actions, main_file_bytes
 from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
 from kstore.errors import (
     CommitConflictError,
@@ -763,10 +763,13 @@ def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool =
     assert meta.version is not None
     key = naming.checkpoint_key(meta.uuid, meta.version)
     try:
+        data, blocks, digest = checkpoint_parts(meta)
+        if digest is not None:  # before the checkpoint that names it (content-addressed: rewrites agree)
+            store.put(naming.sorted_index_key(meta.uuid, meta.version, digest), blocks)
         if replace:
-            store.put(key, checkpoint_bytes(meta))
+            store.put(key, data)
         else:
-            store.put_if_absent(key, checkpoint_bytes(meta))
+            store.put_if_absent(key, data)
         store.put(naming.last_checkpoint_key(meta.uuid), serialize.dumps({"version": meta.version}, "json"))
     except KstoreError:
         if not best_effort:

@@ -358,7 +358,9 @@ def _expire(store: Store, uuid: str, state: _LogState) -> None:
                         if c not in retained and oldest is not None and c < oldest]
                 + [naming.summary_key(uuid, s) for s in state.listing.summaries[:-1]]
                 + [naming.expired_key(uuid, v) for v in sorted(marked) if v not in expired_now
-                   and (v in retained or v in state.drop or v not in listed)])
+                   and (v in retained or v in state.drop or v not in listed)]
+                + [key for c, key in state.listing.sorted_indices  # (after the checkpoints naming them)
+                   if c not in retained and oldest is not None and c < oldest])
 
 
 def _write_verified_checkpoint(store: Store, meta: DatasetMetadata) -> None:
@@ -418,6 +420,7 @@ def delete_all(store: Store, dataset_uuid: str) -> int:
     listing = load.list_log(store, dataset_uuid)
     bases = [naming.checkpoint_key(dataset_uuid, c) for c in listing.checkpoints if c < fence]
     bases += [naming.summary_key(dataset_uuid, s) for s in listing.summaries if s < fence]
+    bases += [key for c, key in listing.sorted_indices if c < fence]
     bases += [naming.expired_key(dataset_uuid, v) for v in listing.expired if v not in listing.versions]
     bases += [k for k in (naming.last_checkpoint_key(dataset_uuid),) if k in keys]
     doomed = [k for k in keys if _is_file(dataset_uuid, k) or k.endswith("/" + naming.COMMON_METADATA)] + bases

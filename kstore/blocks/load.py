@@ -13,7 +13,7 @@ kartothek's header-only datasets, which have no partition list).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -234,6 +234,8 @@ class LogListing:
     checkpoints: tuple[int, ...]
     summaries: tuple[int, ...] = ()
     expired: tuple[int, ...] = ()
+    #: ``(version, key)`` of the checkpoints' value-sorted index blocks (FORMAT.md E.7)
+    sorted_indices: tuple[tuple[int, str], ...] = ()
 
 
 def list_log(store: Store, dataset_uuid: str, start: int | None = None) -> LogListing:
@@ -243,14 +245,19 @@ def list_log(store: Store, dataset_uuid: str, start: int | None = None) -> LogLi
     found: tuple[list[int], ...] = ([], [], [], [])
     kinds = (naming.version_from_log_key, naming.version_from_checkpoint_key, naming.version_from_summary_key,
              naming.version_from_expired_key)
+    sidecars: list[tuple[int, str]] = []
     for key in store.iter_prefix(prefix, after):
         for into, parse in zip(found, kinds):
             v = parse(dataset_uuid, key)
             if v is not None:
                 into.append(v)
                 break
+        else:
+            v = naming.version_from_sorted_index_key(dataset_uuid, key)
+            if v is not None:
+                sidecars.append((v, key))
     versions, checkpoints, summaries, expired = (tuple(sorted(f)) for f in found)
-    return LogListing(versions, checkpoints, summaries, expired)
+    return LogListing(versions, checkpoints, summaries, expired, tuple(sorted(sidecars)))
 
 
 def read_last_checkpoint(store: Store, dataset_uuid: str) -> int | None:
@@ -301,8 +308,40 @@ def load_checkpoint(store: Store, dataset_uuid: str, version: int, *, lazy: bool
         return lists
 
     mine = from_checkpoint(data, dataset_uuid=dataset_uuid, version=version, max_bytes=serialize.MAX_METADATA_BYTES,
-                           lazy=lazy, read_around=read_around)
+                           lazy=lazy, read_around=read_around, sidecar=_Sidecar(store, dataset_uuid, version))
     return mine
+
+
+class _Sidecar:
+    """A checkpoint's value-sorted index blocks in the store (range reads through
+    ``store.open``; adjacent ranges in one read). A failure is logged once: the lists
+    answer from then on."""
+
+    def __init__(self, store: Store, dataset_uuid: str, version: int) -> None:
+        self._store, self._uuid, self._version = store, dataset_uuid, version
+
+    def read(self, digest: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        key = naming.sorted_index_key(self._uuid, self._version, digest)
+        out: list[bytes] = []
+        with self._store.open(key) as fh:
+            i = 0
+            while i < len(ranges):
+                j, end = i + 1, ranges[i][0] + ranges[i][1]
+                while j < len(ranges) and ranges[j][0] == end:
+                    end += ranges[j][1]
+                    j += 1
+                fh.seek(ranges[i][0])
+                data = fh.read(end - ranges[i][0])
+                pos = 0
+                for _off, length in ranges[i:j]:
+                    out.append(data[pos:pos + length])
+                    pos += length
+                i = j
+        return out
+
+    def failed(self, digest: str, error: Exception) -> None:
+        log.warning("dataset %r: the sorted index blocks of the checkpoint of version %d (%s) cannot be used (%s); "
+                    "planning reads the index lists instead", self._uuid, self._version, digest, error)
 
 
 class _Moved(Exception):

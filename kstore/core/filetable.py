@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,7 @@ from kstore.core.stats import FileStats, in_microseconds, stats_table
 from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError
 
-__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "LazyIndexLists", "file_rows",
+__all__ = ["FileTable", "Actions", "FILE_COLUMNS", "IDX", "ColumnarPartitions", "LazyIndexLists", "IndexProbe", "file_rows",
            "index_lists", "sorted_value_lists"]
 
 #: Prefix of a file table's index columns: ``idx:<col>`` holds, per file, the distinct
@@ -170,6 +170,15 @@ class FileTable:
             return self._lazy.column(name)
         if name in self._stored.column_names:
             return self._stored.column(name)
+        return None
+
+    def index_hits(self, column: str, probe: IndexProbe) -> np.ndarray | None:
+        """Per file, whether its ``idx:`` list of ``column`` may satisfy ``probe``'s term,
+        where that is known without decoding the lists (:meth:`LazyIndexLists.hits`);
+        None otherwise (the caller reads :meth:`index_lists`)."""
+        name = IDX + column
+        if self._lazy is not None and name in self._lazy.names:
+            return self._lazy.hits(name, probe)
         return None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -491,6 +500,29 @@ def _idx_last(table: pa.Table) -> pa.Table:
     return table.select([n for n in names if not n.startswith(IDX)] + idx)
 
 
+class IndexProbe(Protocol):
+    """What a planner asks of a column's index lists for one term (see
+    :meth:`LazyIndexLists.hits`)."""
+
+    @property
+    def op(self) -> str:
+        """The term's operator."""
+        ...
+
+    def lists(self, lists: pa.ChunkedArray) -> np.ndarray:
+        """Per file (one list each): whether its list may satisfy the term (null: kept)."""
+        ...
+
+    def values(self, values: pa.Array) -> np.ndarray:
+        """Which of ``values`` satisfy the term."""
+        ...
+
+    def literals(self, t: pa.DataType) -> pa.Array | None:
+        """The term's values as ``t`` (an ``==`` / ``in`` term on a column of type ``t``),
+        else None."""
+        ...
+
+
 class LazyIndexLists:
     """The ``idx:`` lists of a file table, decoded column by column on first use.
 
@@ -505,10 +537,12 @@ class LazyIndexLists:
     (2, [[2], [3]])
     """
 
-    def __init__(self, names: Sequence[str], fetch: Callable[[str], pa.ChunkedArray], n: int) -> None:
+    def __init__(self, names: Sequence[str], fetch: Callable[[str], pa.ChunkedArray], n: int,
+                 probe: Callable[[str, IndexProbe], np.ndarray | None] | None = None) -> None:
         self.names = tuple(names)
         self.n = n
         self._fetch = fetch
+        self._probe = probe
         self._got: dict[str, pa.ChunkedArray] = {}
         self._lock = threading.Lock()
 
@@ -529,8 +563,21 @@ class LazyIndexLists:
                 self._got[name] = got
             return got
 
+    def hits(self, name: str, probe: IndexProbe) -> np.ndarray | None:
+        """Per file, whether its ``name`` list may hold a value ``probe`` asks for (as
+        ``probe.lists`` says of the lists), found without decoding the lists where the
+        checkpoint's value-sorted blocks answer (:mod:`kstore.core.sorted_index`); None
+        when only the lists can tell."""
+        if name not in self.names:
+            raise KeyError(name)
+        with self._lock:
+            got = self._got.get(name)
+        if got is not None:
+            return probe.lists(got)
+        return None if self._probe is None else self._probe(name, probe)
+
     def without(self, name: str) -> LazyIndexLists:
-        return LazyIndexLists([n for n in self.names if n != name], self.column, self.n)
+        return LazyIndexLists([n for n in self.names if n != name], self.column, self.n, self.hits)
 
     def after(self, keep: pa.Array | pa.ChunkedArray | None, kept: int, add: pa.Table | None) -> LazyIndexLists:
         """The lists once the files where ``keep`` is false are removed (``kept`` left) and
@@ -559,7 +606,21 @@ class LazyIndexLists:
                     new = new.cast(old.type)
             return pa.chunked_array([*old.chunks, *new.chunks], old.type)
 
-        return LazyIndexLists(names, fetch, kept + n_add)
+        def probe(name: str, p: IndexProbe) -> np.ndarray | None:
+            if name in self.names:
+                old = self.hits(name, p)
+                if old is None:
+                    return None
+                if keep is not None:
+                    kept_mask = keep.to_numpy(zero_copy_only=False) if isinstance(keep, pa.Array) \
+                        else np.concatenate([c.to_numpy(zero_copy_only=False) for c in keep.chunks] or [[]])
+                    old = old[np.asarray(kept_mask, dtype=bool)]
+            else:
+                old = np.ones(kept, dtype=bool)  # (null lists: unknown, kept)
+            new = extra.get(name)
+            return np.concatenate([old, p.lists(new) if new is not None else np.ones(n_add, dtype=bool)])
+
+        return LazyIndexLists(names, fetch, kept + n_add, probe)
 
 
 def _strip_derived(add: pa.Table, dataset_uuid: str, table_name: str) -> pa.Table | None:

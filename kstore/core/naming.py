@@ -247,6 +247,27 @@ def version_from_checkpoint_key(dataset_uuid: str, key: str) -> int | None:
     return _version_of(dataset_uuid, key, CHECKPOINT_SUFFIX)
 
 
+SORTED_INDEX_SUFFIX = ".sorted-index"
+
+
+def sorted_index_key(dataset_uuid: str, version: int, digest: str) -> str:
+    """Key of the value-sorted index blocks of version ``version``'s checkpoint whose
+    directory names ``digest`` (FORMAT.md E.7): content-addressed, so every writer of that
+    checkpoint writes the same bytes under the same key."""
+    if not (isinstance(digest, str) and 0 < len(digest) <= 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise InvalidKeyError(f"invalid sorted-index digest {short_repr(digest)}: must be lowercase hex")
+    return _version_key(dataset_uuid, version, f".{digest}{SORTED_INDEX_SUFFIX}")
+
+
+def version_from_sorted_index_key(dataset_uuid: str, key: str) -> int | None:
+    prefix = log_prefix(dataset_uuid)
+    if key.startswith(prefix) and key.endswith(SORTED_INDEX_SUFFIX):
+        stem, _, digest = key[len(prefix) : -len(SORTED_INDEX_SUFFIX)].partition(".")
+        if stem.isascii() and stem.isdigit() and digest and all(c in "0123456789abcdef" for c in digest):
+            return int(stem)
+    return None
+
+
 def summary_key(dataset_uuid: str, version: int) -> str:
     """Key of the history summary written with version ``version``'s checkpoint (FORMAT.md E.5)."""
     return _version_key(dataset_uuid, version, SUMMARY_SUFFIX)

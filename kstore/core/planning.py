@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from kstore.core import naming
 from kstore.core.arguments import as_column_list, renamed
+from kstore.core.filetable import IndexProbe
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.predicates import DNF, Term, bind, columns_of, parse, term_expression, term_mask
@@ -273,6 +274,42 @@ def _no_lists(column: str) -> None:
     return None
 
 
+def _no_hits(column: str, probe: IndexProbe) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """One term as index lists and value-sorted index blocks are asked about it
+    (:class:`~kstore.core.filetable.IndexProbe`): the same test either way."""
+
+    term: Term
+    schema: pa.Schema
+
+    @property
+    def op(self) -> str:
+        return self.term.op
+
+    def _type(self) -> pa.DataType:
+        t = self.schema.field(self.term.column).type
+        return t.value_type if pa.types.is_dictionary(t) else t
+
+    def lists(self, lists: pa.ChunkedArray) -> np.ndarray:
+        return _lists_mask(self.term, lists, self.schema)
+
+    def values(self, values: pa.Array) -> np.ndarray:
+        return _values_mask(self.term, values, self._type())
+
+    def literals(self, t: pa.DataType) -> pa.Array | None:
+        if self.term.op not in ("==", "in") or not t.equals(self._type()):
+            return None
+        vals = list(self.term.value) if self.term.op == "in" else [self.term.value]
+        try:
+            return pa.array(vals, type=t)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+            return None
+
+
 def _lists_mask(term: Term, lists: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> np.ndarray:
     """Per file: whether any of its distinct values (an ``idx:`` list) satisfies ``term``
     (files whose list is unknown are kept). The same test the rows get, on the values;
@@ -347,6 +384,9 @@ class _Candidates:
     stats_rows: np.ndarray | None
     #: a column's ``idx:`` lists, one per candidate (None: it has none); decoded on demand
     index_lists: Callable[[str], pa.ChunkedArray | None]
+    #: per candidate, whether its lists may satisfy a probe's term, where known without
+    #: decoding them (None: read ``index_lists``)
+    index_hits: Callable[[str, IndexProbe], np.ndarray | None] = _no_hits
 
     @property
     def n(self) -> int:
@@ -417,6 +457,7 @@ def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _C
     files = meta.files
     derived_keys: Any = None
     index_lists: Callable[[str], pa.ChunkedArray | None] = files.index_lists  # only the lists a term needs
+    index_hits: Callable[[str, IndexProbe], np.ndarray | None] = files.index_hits
     if files.derived is not None or files.single_table():
         rows = files.base
         if files.derived is not None:  # keys built for the kept files only
@@ -425,10 +466,10 @@ def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _C
         else:
             ours = not rows.num_rows or rows.column("table")[0].as_py() == table
         if not ours:
-            rows, index_lists = rows.slice(0, 0), _no_lists
+            rows, index_lists, index_hits = rows.slice(0, 0), _no_lists, _no_hits
     else:
         rows = files.for_table(table)
-        index_lists = partial(_idx_lists, rows)
+        index_lists, index_hits = partial(_idx_lists, rows), _no_hits
     # chunked as replay left them (a checkpoint's chunk, then the entries' rows): no
     # copy of 100k labels and keys to plan, only the kept ones are taken
     labels = rows.column("label")
@@ -436,12 +477,12 @@ def _candidates(meta: DatasetMetadata, table: str, stats: pa.Table | None) -> _C
     if meta.columnar:
         has_stats = "rows" in rows.column_names and rows.num_rows > 0
         return _Candidates(labels, keys, derived_keys, rows, rows if has_stats else None,
-                           np.arange(rows.num_rows) if has_stats else None, index_lists)
+                           np.arange(rows.num_rows) if has_stats else None, index_lists, index_hits)
     stats_rows = None
     if stats is not None and len(labels) and stats.num_rows:
         pos = pc.index_in(labels, value_set=stats.column("label").combine_chunks())
         stats_rows = pos.fill_null(-1).to_numpy(zero_copy_only=False)
-    return _Candidates(labels, keys, derived_keys, rows, stats, stats_rows, index_lists)
+    return _Candidates(labels, keys, derived_keys, rows, stats, stats_rows, index_lists, index_hits)
 
 
 def _prune(meta: DatasetMetadata, schema: pa.Schema, dnf: Any, files: _Candidates,
@@ -480,6 +521,11 @@ def _prune_term(term: Term, files: _Candidates, schema: pa.Schema, indices: Mapp
     """Narrow ``mask`` (in place) by one term on a data column: the state's index lists,
     else a secondary index that answers the operator, else statistics. Returns the
     stage's name (None: nothing could prune)."""
+    if term.op != "is null":
+        hits = files.index_hits(term.column, _Probe(term, schema))
+        if hits is not None:
+            mask &= hits
+            return "secondary index"
     lists = files.index_lists(term.column)
     if lists is not None and term.op != "is null":
         mask &= _lists_mask(term, lists, schema)

@@ -6,6 +6,9 @@ same checkpoint bytes. These tests try to make the two differ."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -57,6 +60,30 @@ def same(eager: FileTable, lazy: FileTable) -> None:
     assert lazy.table.equals(eager.table), (lazy.table.schema, eager.table.schema)
 
 
+def apply_step(k: int, step: tuple, eager: FileTable, lazy: FileTable, make_rows: Callable[..., pa.Table],
+               make_lists: Callable[[list[str], str, Any], list]) -> tuple[FileTable, FileTable]:
+    """One random change (STEP) applied to both tables: files added, removed, an index
+    dropped or set (rows from ``make_rows(labels, {column: lists})``, the lists of a column
+    from ``make_lists(labels, column, data)``)."""
+    if step[0] == "add":
+        _, n, cols, d = step
+        new = [f"p=n{k}/{i}" for i in range(n)]
+        add = make_rows(new, {c: make_lists(new, c, d) for c in sorted(cols)})
+        return eager.apply(Actions(add=add)), lazy.apply(Actions(add=add))
+    if step[0] == "remove":
+        current = eager.labels.to_pylist()
+        gone = tuple(dict.fromkeys(current[i] for i in step[1] if i < len(current)))
+        return eager.apply(Actions(remove=gone)), lazy.apply(Actions(remove=gone))
+    if step[0] == "drop":
+        return eager.drop_index(step[1]), lazy.drop_index(step[1])
+    _, c, at, d = step
+    current = eager.labels.to_pylist()
+    chosen = list(dict.fromkeys(current[i] for i in at if i < len(current)))
+    lists = make_rows(chosen, {c: make_lists(chosen, c, d)}).column(IDX + c).combine_chunks()
+    chosen_arr = pa.array(chosen, pa.string())
+    return set_index_lists(eager, c, chosen_arr, lists), set_index_lists(lazy, c, chosen_arr, lists)
+
+
 LISTS = st.none() | st.lists(st.integers(0, 5), max_size=3, unique=True).map(sorted)
 STEP = st.one_of(
     st.tuples(st.just("add"), st.integers(0, 3), st.sets(st.sampled_from(COLUMNS)), st.data()),
@@ -74,25 +101,7 @@ def test_changes_to_a_lazy_table_give_the_eager_tables_result(start_cols, n0, st
     lazy = lazy_twin(eager)
     same(eager, lazy)
     for k, step in enumerate(steps):
-        if step[0] == "add":
-            _, n, cols, d = step
-            new = [f"p=n{k}/{i}" for i in range(n)]
-            add = rows(new, {c: [d.draw(LISTS) for _ in new] for c in sorted(cols)}, n_rows=k)
-            eager, lazy = eager.apply(Actions(add=add)), lazy.apply(Actions(add=add))
-        elif step[0] == "remove":
-            current = eager.labels.to_pylist()
-            gone = tuple(dict.fromkeys(current[i] for i in step[1] if i < len(current)))
-            eager, lazy = eager.apply(Actions(remove=gone)), lazy.apply(Actions(remove=gone))
-        elif step[0] == "drop":
-            eager, lazy = eager.drop_index(step[1]), lazy.drop_index(step[1])
-        else:
-            _, c, at, d = step
-            current = eager.labels.to_pylist()
-            chosen = list(dict.fromkeys(current[i] for i in at if i < len(current)))
-            lists = pa.array([d.draw(LISTS) for _ in chosen], LIST)
-            chosen_arr = pa.array(chosen, pa.string())
-            eager = set_index_lists(eager, c, chosen_arr, lists)
-            lazy = set_index_lists(lazy, c, chosen_arr, lists)
+        eager, lazy = apply_step(k, step, eager, lazy, rows, lambda labels, c, d: [d.draw(LISTS) for _ in labels])
         same(eager, lazy)
 
 

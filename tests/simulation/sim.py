@@ -68,7 +68,7 @@ from kstore.blocks import load
 from kstore.blocks.commit import BASE_MAX_AGE
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.read import read_plan
-from kstore.core import naming, runtime, serialize
+from kstore.core import naming, runtime, serialize, sorted_index
 from kstore.core.log import LOG_MIN_AGE
 from kstore.eager import _plan_and_read
 from kstore.errors import (
@@ -134,7 +134,7 @@ class Config:
     damage_kinds: tuple[str, ...] = ("truncate", "empty", "garbage", "stale-hint")  # also "flip" (one bit)
     #: which derived files may be damaged (what :func:`derived_kind` names them)
     damage_targets: tuple[str, ...] = ("checkpoint", "_last_checkpoint", "history summary", "main file",
-                                       "_common_metadata")
+                                       "_common_metadata", "sorted index blocks")
     #: in recreate mode: chance that a snapshot operation waits for the re-creation before it commits
     stale_rate: float = 0.6
     #: each schedule draws which fault kinds of issue #29 it adds (each with chance 1/2, at
@@ -224,6 +224,8 @@ def derived_kind(key: str) -> str | None:
         return "checkpoint"
     if naming.version_from_summary_key(UUID, key) is not None:
         return "history summary"
+    if naming.version_from_sorted_index_key(UUID, key) is not None:
+        return "sorted index blocks"
     if key == naming.last_checkpoint_key(UUID):
         return "_last_checkpoint"
     if naming.METADATA_MARKER in key:
@@ -1368,10 +1370,19 @@ class Simulation:
 
         interval = random.Random(self.seed ^ 0xC4EC).choice([2, 3, 5, 10])
         saved, commit_block.CHECKPOINT_INTERVAL = commit_block.CHECKPOINT_INTERVAL, interval
+        # half the schedules: value-sorted index blocks (FORMAT.md E.7) of two pairs each for
+        # every checkpoint, so that reads of x plan through them (and faults and GC meet them)
+        blocks = {"BLOCK_ROWS": 2, "MIN_ENTRIES": 1, "MAX_SHARE": 1.0, "MAX_UNKNOWN_SHARE": 1.0}
+        saved_blocks = {k: getattr(sorted_index, k) for k in blocks}
+        if random.Random(self.seed ^ 0xB10C).random() < 0.5:
+            for k, v in blocks.items():
+                setattr(sorted_index, k, v)
         try:
             return self._run()
         finally:
             commit_block.CHECKPOINT_INTERVAL = saved
+            for k, v in saved_blocks.items():
+                setattr(sorted_index, k, v)
 
     def _run(self) -> Stats:
         with runtime.installed(self.clock):
