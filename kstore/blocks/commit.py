@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ from kstore.blocks.write import (
 )
 from kstore.core import naming, runtime, serialize
 from kstore.core.filetable import IDX, file_rows
-from kstore.core.index import index_storage_type
+from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -249,7 +249,7 @@ def commit(
             on_claimed()
         _publish(store, staged, head, later)
         if staged.checkpoint and staged.meta is not None:
-            write_checkpoint(store, staged.meta)
+            write_checkpoint(store, staged.meta, column_indexes=staged.column_indexes)
             write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
         log.info("dataset %r: committed version %d (%s: %d file(s) added, %d file(s) removed%s)",
                  dataset_uuid, staged.entry.version, op.kind, len(op.added), len(op.remove),
@@ -414,6 +414,9 @@ class _Staged:
     fmt: MetadataFormat
     common_bytes: bytes | None
     checkpoint: bool = False
+    #: the inverted indices the kartothek view's index files were built from (the
+    #: checkpoint's sorted index blocks reuse their grouping)
+    column_indexes: Mapping[str, ColumnIndex] = field(default_factory=dict)
 
 
 def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile], schema: pa.Schema | None,
@@ -440,6 +443,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     new_schema = base_schema = None
     add_rows: pa.Table | None = None
     index_updates: dict[str, pa.Table] = {}
+    built: dict[str, ColumnIndex] = {}
     wanted: list[str] = []
     if not op.is_fence:
         base_schema = load.load_schema(store, base) if (base is not None and not op.creates) else None
@@ -464,7 +468,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
             assert new_schema is not None
             new, index_updates = _fill_indices(store, new, op, wanted, new_schema)
             changed = bool(files) or bool(op.added) or bool(op.remove) or bool(index_updates) or reset
-            keys = _kartothek_indices(store, base, new, wanted, new_schema, changed, written)
+            keys = _kartothek_indices(store, base, new, wanted, new_schema, changed, written, built)
             new = new.evolve(indices=keys, inline_indices={}, stats_key=None)
     actions = None
     if new is not None:
@@ -503,6 +507,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
                                                             and new.schema is not None) else None,
         # a head read around a damaged checkpoint: a fresh one spares later reads that
         checkpoint=new is not None and (_wants_checkpoint(head, new, reset) or bool(head.damaged)),
+        column_indexes=built,
     )
 
 
@@ -574,9 +579,11 @@ def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Seq
 
 
 def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetMetadata, wanted: Sequence[str],
-                       schema: pa.Schema, changed: bool, written: list[str]) -> dict[str, str]:
+                       schema: pa.Schema, changed: bool, written: list[str],
+                       built: dict[str, ColumnIndex]) -> dict[str, str]:
     """The kartothek view's index files (value -> labels, what kartothek/plateau read):
-    rewritten from the file table's ``idx:`` lists when the version changed them."""
+    rewritten from the file table's ``idx:`` lists when the version changed them (the
+    indices they were built from go into ``built``)."""
     files = new.files
     keys: dict[str, str] = {}
     fresh = []
@@ -591,6 +598,7 @@ def _kartothek_indices(store: Store, base: DatasetMetadata | None, new: DatasetM
         key = write_index_file(store, new.uuid, idx)
         with lock:
             written.append(key)
+            built[col] = idx
         return key
 
     lock = threading.Lock()
@@ -748,7 +756,7 @@ def republish_newest(store: Store, uuid: str, published: int | None, fmt: Metada
 
 
 def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool = True,
-                     replace: bool = False) -> bool:
+                     replace: bool = False, column_indexes: Mapping[str, ColumnIndex] | None = None) -> bool:
     """Write the checkpoint of ``meta``'s version and point ``_last_checkpoint`` at it.
 
     Checkpoints are deterministic, so two writers (or a writer and GC) writing the same one
@@ -758,12 +766,14 @@ def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool =
     An existing checkpoint is never overwritten unless ``replace`` (GC repairing one that
     does not read back): once GC has verified it and deleted the entries below, it is the
     only source of its version, and a late writer's second copy (which a store could
-    damage) must not replace it.
+    damage) must not replace it. ``column_indexes``: the commit's inverted indices of
+    ``meta``'s files (the sorted index blocks reuse their grouping instead of sorting the
+    values again).
     """
     assert meta.version is not None
     key = naming.checkpoint_key(meta.uuid, meta.version)
     try:
-        data, blocks, digest = checkpoint_parts(meta)
+        data, blocks, digest = checkpoint_parts(meta, column_indexes=column_indexes)
         if digest is not None:  # before the checkpoint that names it (content-addressed: rewrites agree)
             store.put(naming.sorted_index_key(meta.uuid, meta.version, digest), blocks)
         if replace:

@@ -84,6 +84,27 @@ def _gather_ranges(offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     return out
 
 
+def stable_order(values: pa.Array) -> np.ndarray:
+    """The stable ascending order of ``values`` (integers or dates without nulls; others
+    through Arrow's sort): numpy's radix sort where the values span less than 2**16 (2.8M
+    pairs of W2's ``product`` index: ~35 ms, half of the merge sort), else its merge sort,
+    which runs through already sorted runs (each file's index values are sorted).
+
+    >>> stable_order(pa.array([3, 1, 3, 2])).tolist()
+    [1, 3, 0, 2]
+    """
+    t = values.type
+    if (pat.is_integer(t) or pat.is_date(t)) and not values.null_count and len(values):
+        if pat.is_date(t):
+            values = values.view(pa.int32() if pat.is_date32(t) else pa.int64())
+        v = np.asarray(values.to_numpy(zero_copy_only=False))
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 1 << 16:
+            v = (v - np.uint64(lo) if v.dtype == np.uint64 else v.astype(np.int64) - lo).astype(np.uint16)
+        return np.argsort(v, kind="stable")
+    return np.asarray(pc.sort_indices(values).to_numpy(zero_copy_only=False))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ColumnIndex:
     """Inverted index of one column.
@@ -152,9 +173,8 @@ class ColumnIndex:
         ``ids_ascending`` (the pairs come in label id order) a stable sort by value alone
         gives the (value, id) order."""
         if ids_ascending and pat.is_integer(vtype) and not values.null_count:
-            # numpy's stable sort merges the runs the pairs come in (each file's sorted values): half of Arrow's
             flat = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-            order = pa.array(np.argsort(flat.to_numpy(), kind="stable"))
+            order = pa.array(stable_order(flat))
         elif ids_ascending:
             order = pc.sort_indices(values)  # stable: equal values keep their (ascending) id order
         else:

@@ -4,8 +4,8 @@ A checkpoint holds each indexed column's values per file (``idx:<c>`` lists): pl
 equality on ``c`` reads them the other way round, which costs time in proportion to every
 value of every file (1M distinct values over 10,000 files: ~20 ms of decoding and ~10 ms of
 comparing, for one value). For columns that large, the checkpoint writer also writes the
-same pairs ``(value, row)`` sorted by value, cut into blocks of :data:`BLOCK_ROWS` pairs,
-into one **sidecar** file; the checkpoint's schema metadata carries the directory (each
+same pairs read the other way round (each value with the rows of its files, sorted by
+value), cut into blocks of about :data:`BLOCK_ROWS` pairs, into one **sidecar** file; the checkpoint's schema metadata carries the directory (each
 block's byte range, SHA-256 prefix, and first and last value). An ``==`` / ``in`` predicate
 then reads only the blocks whose value range holds a literal (range reads of a few KB)
 and keeps the files those pairs name.
@@ -23,7 +23,7 @@ reader fall back to the lists; no answer differs (the property tests compare bot
 >>> entry.select(pa.array([5]))
 [1]
 >>> values, rows = decode_block(blob[entry.blocks[1].offset:entry.blocks[1].end], entry.blocks[1], entry.type, 4)
->>> values.to_pylist(), rows.tolist(), entry.unknown.tolist()
+>>> values.to_pylist(), rows.to_pylist(), entry.unknown.tolist()  # (distinct values: one pair per row)
 ([5, 5], [0, 1], [2])
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +40,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["BLOCK_ROWS", "MIN_ENTRIES", "DIRECTORY_KEY", "Block", "Entry", "build", "parse_directory",
-           "decode_block", "digest_of", "answers"]
+from kstore.core.index import stable_order
+
+__all__ = ["BLOCK_ROWS", "MIN_ENTRIES", "DIRECTORY_KEY", "Block", "Entry", "build", "group_lists",
+           "parse_directory", "decode_block", "rows_of", "digest_of", "answers"]
 
 #: pairs per block: one block of int64 values is ~0.8 MB before compression, decoded in <1 ms
 BLOCK_ROWS = 65_536
@@ -78,7 +80,7 @@ def digest_of(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class Block:
-    """One block's place in the sidecar, digest, pair count and value range."""
+    """One block's place in the sidecar, digest, number of values and value range."""
 
     offset: int
     length: int
@@ -119,28 +121,47 @@ class Entry:
         return [int(i) for i in chosen]
 
 
-def _stable_order(values: pa.Array) -> np.ndarray:
-    """The stable ascending order of non-null ``values``: numpy's radix sort for integers
-    within a 16-bit range, its merge sort (which runs through already sorted runs: each
-    file's list is sorted) for other integers and dates, Arrow's sort for strings."""
-    t = values.type
-    if pa.types.is_integer(t) or pa.types.is_date(t):
-        if pa.types.is_date(t):
-            values = values.view(pa.int32() if pa.types.is_date32(t) else pa.int64())
-        v = np.asarray(values.to_numpy(zero_copy_only=False))
-        lo, hi = int(v.min()), int(v.max())
-        if hi - lo < 1 << 16:
-            wide = v - np.uint64(lo) if v.dtype == np.uint64 else v.astype(np.int64) - lo
-            v = wide.astype(np.uint16)
-        return np.argsort(v, kind="stable")
-    return np.asarray(pc.sort_indices(values).to_numpy(zero_copy_only=False))
+Grouped = tuple[pa.Array, np.ndarray, np.ndarray]
+"""A column's index read the other way round: sorted unique values, offsets (one more than
+values) into ``rows``, the file rows of each value (ascending within a value)."""
+
+
+def group_lists(lists: pa.Array) -> Grouped | None:
+    """The (value, file row) pairs of ``lists`` (one list per file; null values and
+    repeated pairs dropped) grouped by value; None when there are none."""
+    flat = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists)
+    if flat.null_count:
+        valid = pc.is_valid(flat)
+        flat, parents = flat.filter(valid), parents.filter(valid)
+    if not len(flat):
+        return None
+    order = stable_order(flat)  # equal values keep their (ascending) files
+    values = flat.take(pa.array(order))
+    rows = np.asarray(parents.to_numpy(zero_copy_only=False), dtype=np.int64)[order]
+    n = len(values)
+    same_value = np.asarray(pc.equal(values.slice(1), values.slice(0, n - 1)).to_numpy(zero_copy_only=False),
+                            dtype=bool) if n > 1 else np.zeros(0, dtype=bool)
+    repeated = same_value & (rows[1:] == rows[:-1])
+    if repeated.any():  # (a list that repeats a value)
+        keep = np.concatenate(([True], ~repeated))
+        values, rows, same_value = values.filter(pa.array(keep)), rows[keep], same_value[keep[1:]]
+        n = len(values)
+    starts = np.concatenate(([0], np.flatnonzero(~same_value) + 1)).astype(np.int64)
+    return values.take(pa.array(starts)), np.concatenate((starts, [n])).astype(np.int64), rows
 
 
 def build(columns: Mapping[str, pa.ChunkedArray | pa.Array], *, block_rows: int | None = None,
-          min_entries: int | None = None) -> tuple[bytes, dict[str, Any]]:
+          min_entries: int | None = None,
+          grouped: Callable[[str], Grouped | None] | None = None) -> tuple[bytes, dict[str, Any]]:
     """The sidecar bytes and the directory for the ``idx:`` lists in ``columns`` (one list
     per file) that are large enough and of an orderable type; ``(b"", {})`` when none is.
-    Deterministic: the same lists give the same bytes."""
+    ``grouped(name)`` may give a column's pairs already grouped (the commit built them for
+    the kartothek index files): the same as :func:`group_lists` of its lists. Each block
+    holds the values whose first pair falls in one stretch of ``block_rows`` pairs, as a
+    table ``value, rows`` (a list of file rows per value) where values repeat over files,
+    else as the pairs ``value, row`` (one row per pair: no list offsets for a column of
+    distinct values). Deterministic."""
     block_rows = BLOCK_ROWS if block_rows is None else block_rows
     min_entries = MIN_ENTRIES if min_entries is None else min_entries
     parts: list[bytes] = []
@@ -156,29 +177,40 @@ def build(columns: Mapping[str, pa.ChunkedArray | pa.Array], *, block_rows: int 
         unknown = np.flatnonzero(np.asarray(pc.is_null(lists).to_numpy(zero_copy_only=False), dtype=bool))
         if not _orderable(t) or len(unknown) > n * MAX_UNKNOWN_SHARE + 1:  # (kept in the directory)
             continue
-        flat = pc.list_flatten(lists)
-        parents = pc.list_parent_indices(lists)
-        if flat.null_count:
-            valid = pc.is_valid(flat)
-            flat, parents = flat.filter(valid), parents.filter(valid)
-        if len(flat) < min_entries:
+        if len(pc.list_flatten(lists)) < min_entries:
             continue
-        order = _stable_order(flat)  # equal values keep their (ascending) files
-        values = flat.take(order)
-        rows = pa.array(np.asarray(parents.to_numpy(zero_copy_only=False), dtype=np.int32)[order])
+        got = grouped(name) if grouped is not None else None
+        if got is None or not got[0].type.equals(t):
+            got = group_lists(lists)
+        if got is None or len(got[2]) < min_entries:
+            continue
+        values, offsets, rows = got
+        rows32 = rows.astype(np.int32)
+        if len(rows) < 2 * len(values):  # mostly one file per value: (value, row) pairs
+            values = values.take(pa.array(np.repeat(np.arange(len(values)), np.diff(offsets))))
+            offsets = np.arange(len(rows) + 1, dtype=np.int64)
+            grouped_rows = False
+        else:  # each value with the list of its files' rows
+            grouped_rows = True
+        bid = offsets[:-1] // block_rows  # a value goes to the stretch its first pair is in
+        cuts = np.concatenate(([0], np.flatnonzero(bid[1:] != bid[:-1]) + 1, [len(values)]))
         blocks = []
-        for start in range(0, len(values), block_rows):
-            piece = pa.table({"value": values.slice(start, block_rows), "row": rows.slice(start, block_rows)})
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            lo, hi = int(offsets[a]), int(offsets[b])
+            if grouped_rows:
+                piece = pa.table({"value": values.slice(a, b - a),
+                                  "rows": pa.ListArray.from_arrays(pa.array(offsets[a:b + 1] - lo, pa.int32()),
+                                                                   pa.array(rows32[lo:hi], pa.int32()))})
+            else:
+                piece = pa.table({"value": values.slice(a, b - a), "row": pa.array(rows32[lo:hi], pa.int32())})
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, piece.schema, options=_IPC) as writer:
                 writer.write_table(piece)
             data = sink.getvalue().to_pybytes()
             parts.append(data)
-            blocks.append((offset, len(data), digest_of(data), piece.num_rows))
+            blocks.append((offset, len(data), digest_of(data), b - a))
             offset += len(data)
-        starts = pa.array(np.arange(0, len(values), block_rows), pa.int64())
-        ends = pa.array(np.minimum(np.arange(0, len(values), block_rows) + block_rows, len(values)) - 1, pa.int64())
-        bounds = pa.table({"first": values.take(starts), "last": values.take(ends)})
+        bounds = pa.table({"first": values.take(pa.array(cuts[:-1])), "last": values.take(pa.array(cuts[1:] - 1))})
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, bounds.schema) as writer:
             writer.write_table(bounds)
@@ -194,14 +226,17 @@ def encode_directory(directory: Mapping[str, Any]) -> bytes:
     return json.dumps(directory, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
-def parse_directory(directory: Mapping[str, Any], n_files: int) -> dict[str, Entry]:
-    """The entries of a directory :func:`build` wrote, checked against the checkpoint's
-    ``n_files``; raises ``ValueError`` (or an Arrow error) naming what is wrong."""
+def parse_directory(directory: Mapping[str, Any], n_files: int, only: str | None = None) -> dict[str, Entry]:
+    """The entries of a directory :func:`build` wrote (``only``: that column's alone, if it
+    has one), checked against the checkpoint's ``n_files``; raises ``ValueError`` (or an
+    Arrow error) naming what is wrong."""
     out: dict[str, Entry] = {}
     columns = directory.get("columns")
     if not isinstance(columns, Mapping):
         raise ValueError("no columns")
     for name, raw in columns.items():
+        if only is not None and name != only:
+            continue
         if not isinstance(raw, Mapping) or raw.get("files") != n_files:
             raise ValueError(f"{name!r}: not for {n_files} files")
         bounds = pa.ipc.open_stream(base64.b64decode(raw["bounds"], validate=True)).read_all().combine_chunks()
@@ -227,16 +262,29 @@ def parse_directory(directory: Mapping[str, Any], n_files: int) -> dict[str, Ent
     return out
 
 
-def decode_block(data: bytes, block: Block, t: pa.DataType, n_files: int) -> tuple[pa.Array, np.ndarray]:
-    """A block's values and file rows (checked: digest, type, count, rows in range)."""
+def decode_block(data: bytes, block: Block, t: pa.DataType, n_files: int) -> tuple[pa.Array, pa.Array]:
+    """A block's values and, per value, its file rows (a list each, or one row each; checked:
+    digest, type, count, rows in range)."""
     if len(data) != block.length or digest_of(data) != block.digest:
         raise ValueError("its bytes do not match the checkpoint's digest")
     table = pa.ipc.open_stream(pa.py_buffer(data), options=pa.ipc.IpcReadOptions(use_threads=False)).read_all()
     table.validate(full=True)
-    if table.column_names != ["value", "row"] or not table.schema.field("value").type.equals(t) \
+    kinds = {"rows": pa.list_(pa.int32()), "row": pa.int32()}
+    names = table.column_names
+    if len(names) != 2 or names[0] != "value" or names[1] not in kinds \
+            or not table.schema.field(0).type.equals(t) or not table.schema.field(1).type.equals(kinds[names[1]]) \
             or table.num_rows != block.rows:
         raise ValueError("its content is not the block the checkpoint lists")
-    rows = np.asarray(table.column("row").combine_chunks().to_numpy(zero_copy_only=False), dtype=np.int64)
-    if len(rows) and (rows.min() < 0 or rows.max() >= n_files):
+    rows = table.column(1).combine_chunks()
+    flat = rows_of(rows, np.ones(len(rows), dtype=bool))
+    if len(flat) and (flat.min() < 0 or flat.max() >= n_files):
         raise ValueError("it names files out of range")
     return table.column("value").combine_chunks(), rows
+
+
+def rows_of(rows: pa.Array, hit: np.ndarray) -> np.ndarray:
+    """The file rows of the values where ``hit`` is true (``rows``: :func:`decode_block`'s)."""
+    if pa.types.is_list(rows.type):
+        return np.asarray(pc.list_flatten(rows.filter(pa.array(hit))).to_numpy(zero_copy_only=False), dtype=np.int64)
+    out: np.ndarray = np.asarray(rows.to_numpy(zero_copy_only=False), dtype=np.int64)[hit]
+    return out

@@ -58,6 +58,7 @@ from kstore.core.filetable import (
     ipc_text,
     string_bytes,
 )
+from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError, KstoreError, LimitExceededError
@@ -203,12 +204,15 @@ def checkpoint_bytes(meta: DatasetMetadata) -> bytes:
     return checkpoint_parts(meta, sorted_blocks=False)[0]
 
 
-def checkpoint_parts(meta: DatasetMetadata, *, sorted_blocks: bool = True) -> tuple[bytes, bytes, str | None]:
+def checkpoint_parts(meta: DatasetMetadata, *, sorted_blocks: bool = True,
+                     column_indexes: Mapping[str, ColumnIndex] | None = None) -> tuple[bytes, bytes, str | None]:
     """The checkpoint of ``meta`` (see :func:`checkpoint_bytes`), the sidecar of value-sorted
     index blocks of its large index columns (:mod:`kstore.core.sorted_index`; ``b""``
     when none is large enough) and the sidecar's digest (None: no sidecar), which names it
     (:func:`kstore.core.naming.sorted_index_key`) and is recorded in the checkpoint's
-    directory. The sidecar must be stored before the checkpoint. Deterministic."""
+    directory. The sidecar must be stored before the checkpoint. Deterministic.
+    ``column_indexes``: inverted indices of ``meta``'s files by column (a commit built them
+    for the kartothek index files), whose grouping the blocks reuse (the same bytes)."""
     files = meta.files
     derived = files.derive(meta.uuid)
     if derived.derived is not None and derived.derived[1] in meta.tables:
@@ -221,7 +225,10 @@ def checkpoint_parts(meta: DatasetMetadata, *, sorted_blocks: bool = True) -> tu
     table = files.rows.combine_chunks()
     blob, directory = b"", dict[str, Any]()
     if sorted_blocks:
-        blob, directory = sorted_index.build({n: table.column(n) for n in table.column_names if n.startswith(IDX)})
+        own = meta.files  # (the indices' labels are its labels, in its row order)
+        blob, directory = sorted_index.build(
+            {n: table.column(n) for n in table.column_names if n.startswith(IDX)},
+            grouped=lambda name: _grouped_from_index(own, (column_indexes or {}).get(name[len(IDX):])))
         if directory:
             kv[sorted_index.DIRECTORY_KEY] = sorted_index.encode_directory(directory)
     table = table.replace_schema_metadata(kv)
@@ -242,6 +249,18 @@ class SidecarReader(Protocol):
     def failed(self, digest: str, error: Exception) -> None:
         """The sidecar could not be used (missing, damaged): readers use the lists from now on."""
         ...
+
+
+def _grouped_from_index(files: FileTable, index: ColumnIndex | None) -> sorted_index.Grouped | None:
+    """A column's (value, file row) pairs grouped by value, from its inverted index over
+    ``files`` (None when there is none, or the files are not one row per label)."""
+    if index is None or not len(index.values) or not files.single_table():
+        return None
+    where = pc.index_in(index.labels, value_set=files.labels.combine_chunks())
+    if where.null_count:
+        return None
+    rows = np.asarray(where.to_numpy(zero_copy_only=False), dtype=np.int64)[index.label_ids]
+    return index.values, np.asarray(index.offsets, dtype=np.int64), rows
 
 
 def from_checkpoint(data: bytes, *, dataset_uuid: str, version: int, max_bytes: int | None = None,
@@ -340,24 +359,31 @@ def _sidecar_probe(raw: bytes | None, sidecar: SidecarReader, n: int) -> Callabl
     first failure on."""
     if raw is None:
         return None
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"broken": False}
+    entries: dict[str, sorted_index.Entry | None] = {}
 
-    def entries() -> dict[str, sorted_index.Entry] | None:
-        if "entries" not in state:
+    def entry_of(name: str) -> sorted_index.Entry | None:
+        """The column's entry, decoded on first use (a query on another column pays nothing)."""
+        if state["broken"]:
+            return None
+        if name not in entries:
             try:
-                directory = json.loads(raw)
-                state["digest"] = str(directory["digest"])
-                state["entries"] = sorted_index.parse_directory(directory, n)
+                if "directory" not in state:
+                    directory = json.loads(raw)
+                    state["digest"] = str(directory["digest"])
+                    state["directory"] = directory
+                entries[name] = sorted_index.parse_directory(state["directory"], n, only=name).get(name)
             except (ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-                state["entries"] = None
-                sidecar.failed("?", ValueError(f"its directory does not decode ({exc})"))
-        found: dict[str, sorted_index.Entry] | None = state["entries"]
-        return found
+                state["broken"] = True
+                sidecar.failed(str(state.get("digest", "?")), ValueError(f"its directory does not decode ({exc})"))
+                return None
+        return entries[name]
 
     def probe(name: str, p: IndexProbe) -> Any:
-        found = entries()
-        entry = found.get(name) if found else None
-        if entry is None or not sorted_index.answers(p.op):
+        if not sorted_index.answers(p.op):
+            return None
+        entry = entry_of(name)
+        if entry is None:
             return None
         literals = p.literals(entry.type)
         if literals is None or len(literals) > sorted_index.MAX_LITERALS:
@@ -373,9 +399,9 @@ def _sidecar_probe(raw: bytes | None, sidecar: SidecarReader, n: int) -> Callabl
         try:
             for block, data in zip(blocks, sidecar.read(state["digest"], [(b.offset, b.length) for b in blocks])):
                 values, rows = sorted_index.decode_block(data, block, entry.type, n)
-                mask[rows[p.values(values)]] = True
+                mask[sorted_index.rows_of(rows, p.values(values))] = True
         except (KstoreError, OSError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:  # the lists answer
-            state["entries"] = None
+            state["broken"] = True
             sidecar.failed(state["digest"], exc)
             return None
         return mask

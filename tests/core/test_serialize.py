@@ -295,3 +295,20 @@ def test_every_flipped_bit_of_msgpack_zstd_metadata_is_an_error_or_changes_nothi
             if got != raw:
                 silent.append((i, bit))
     assert not silent, f"{len(silent)} flips decoded to other metadata, e.g. {silent[:5]}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), JSON_VALUES | st.text(min_size=4, max_size=40)
+                       | st.dictionaries(st.text(max_size=4), JSON_VALUES | st.text(min_size=4, max_size=40),
+                                         max_size=4), max_size=6))
+def test_long_strings_spliced_into_json_give_the_encoders_bytes(raw):
+    """The encoder's bytes, whatever the strings hold (quotes, backslashes, control
+    characters, non-ASCII: those are encoded, plain ones spliced), with every string of four
+    characters or more taken as long."""
+    import kstore.core.serialize as ser
+
+    expected = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ser, "_SPLICE_FROM", 4)
+        assert dumps(raw, "json") == expected
+    assert loads(expected, "json") == raw

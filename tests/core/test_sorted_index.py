@@ -5,6 +5,7 @@ lists, block sizes, terms and later changes to the table), and damage the blocks
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from kstore.core.filetable import IDX, FileTable
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import _lists_mask, _Probe
 from kstore.core.predicates import bind, parse
-from kstore.core.state import checkpoint_bytes, checkpoint_parts, from_checkpoint
+from kstore.core.state import _grouped_from_index, checkpoint_bytes, checkpoint_parts, from_checkpoint
 from kstore.errors import KeyNotFoundError
 from tests.core.test_lazy_index_lists import apply_step
 
@@ -142,7 +143,7 @@ def test_blocks_are_read_for_equality_on_large_orderable_columns_only(small_bloc
     for c in ("a", "s", "d"):
         reader.reads.clear()
         assert check(eager, lazy, term(c, "==", value(c, 2)))
-        assert len(reader.reads) == 2  # the blocks that hold 2 (pairs in blocks: [1 2] [2 3] [7])
+        assert len(reader.reads) == 2  # the blocks that hold 2 (pairs: [1a 2a] [2b 3b] [7d])
         reader.reads.clear()
         assert check(eager, lazy, term(c, "==", value(c, 7)))
         assert len(reader.reads) == 1
@@ -153,6 +154,21 @@ def test_blocks_are_read_for_equality_on_large_orderable_columns_only(small_bloc
     assert lazy.index_columns == eager.index_columns and reader.failures == []
     # nothing decoded a list: the blocks answered
     assert lazy._lazy is not None and lazy._lazy._got == {}
+
+
+def test_values_of_many_files_are_stored_with_their_rows_and_read_in_one_block(small_blocks):
+    small_blocks(2)
+    eager = FileTable(rows(["p=1/a", "p=2/b", "p=3/c", "p=4/d"], {"a": [[1, 2], [1, 2], [1, 2], [7]]}))
+    lazy, reader = open_lazy(eager)
+    assert check(eager, lazy, term("a", "==", 2))
+    assert len(reader.reads) == 1  # values with their rows: {1: a b c} {2: a b c} {7: d}
+    assert lazy.index_hits("a", _Probe(term("a", "==", 2), SCHEMA)).tolist() == [True, True, True, False]
+    assert lazy.index_hits("a", _Probe(term("a", "in", [7, 8]), SCHEMA)).tolist() == [False, False, False, True]
+    meta = DatasetMetadata.new(UUID).evolve(version=3, schema=SCHEMA).with_files(eager)
+    directory = json.loads(pa.ipc.open_file(checkpoint_parts(meta)[0]).schema.metadata[sorted_index.DIRECTORY_KEY])
+    block = sorted_index.parse_directory(directory, 4)["idx:a"].blocks[1]
+    values, rows_ = sorted_index.decode_block(reader.blob[block.offset:block.end], block, pa.int64(), 4)
+    assert values.to_pylist() == [2] and rows_.to_pylist() == [[0, 1, 2]]
 
 
 def test_a_value_past_every_block_reads_nothing(small_blocks):
@@ -222,8 +238,27 @@ def test_blocks_are_deterministic_and_sorted():
     entry = sorted_index.parse_directory(directory, 50)["idx:a"]
     got = [sorted_index.decode_block(blob[b.offset:b.end], b, entry.type, 50) for b in entry.blocks]
     values = np.concatenate([v.to_numpy() for v, _ in got])
-    rows_ = np.concatenate([r for _, r in got])
-    assert (np.diff(values) >= 0).all()
+    assert (np.diff(values) > 0).all()  # sorted, each value in one block
     pairs = sorted((int(v), int(r)) for r, lst in enumerate(lists.to_pylist()) for v in lst)
-    assert sorted(zip(values.tolist(), rows_.tolist())) == pairs
-    assert [(b.first, b.last) for b in entry.blocks] == [(int(v[0].as_py()), int(v[-1].as_py())) for v, _ in got]
+    assert sorted((v, r) for vs, rs in got for v, r_ in zip(vs.to_pylist(), rs.to_pylist()) for r in r_) == pairs
+    assert all(rs == sorted(rs) for _, r in got for rs in r.to_pylist())  # files ascending within a value
+    assert [(b.first, b.last) for b in entry.blocks] == [(v[0].as_py(), v[-1].as_py()) for v, _ in got]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.none() | st.lists(st.integers(-5, 40), max_size=6), min_size=1, max_size=12),
+       st.integers(1, 5), st.sampled_from(["a", "s"]))
+def test_blocks_from_the_commits_index_are_the_blocks_from_the_lists(lists, block_rows, column):
+    """The commit hands the checkpoint writer the inverted index it built for the kartothek
+    index file: the blocks made from it are byte for byte those made from the lists (a list
+    that repeats a value included), so every writer of a checkpoint agrees."""
+    labels = [f"p={i}/f" for i in range(len(lists))]
+    eager = FileTable(rows(labels, {column: lists}))
+    meta = DatasetMetadata.new(UUID).evolve(version=3, schema=SCHEMA).with_files(eager)
+    index = eager.column_index(column, TYPES[column])
+    if any(lst for lst in lists):  # (the commit's grouping is used, not rebuilt)
+        grouped = _grouped_from_index(eager, index)
+        assert grouped is not None and grouped[0].type.equals(TYPES[column])
+    with pytest.MonkeyPatch.context() as mp:
+        use_small_blocks(mp, block_rows)
+        assert checkpoint_parts(meta, column_indexes={column: index}) == checkpoint_parts(meta)
