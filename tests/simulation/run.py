@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--damage-rate", type=float, help="chance that a derived file is damaged after its put")
     ap.add_argument("--damage-kinds", help="comma-separated: truncate, empty, garbage, flip, stale-hint")
     ap.add_argument("--damage-targets", help="comma-separated: checkpoint, _last_checkpoint, history summary, "
-                                             "main file, _common_metadata")
+                                             "main file, _common_metadata, sorted index blocks")
     ap.add_argument("--gc-runs", type=int, help="garbage collections (or deletes) per schedule")
     ap.add_argument("--keep-going", action="store_true", help="run every schedule; summarize the violations")
     args = ap.parse_args(argv)
