@@ -276,6 +276,9 @@ def _run_writes(parts: dd.Series, store: Store, dataset_uuid: str, table_name: s
         for f, result in as_completed(futures, loop=client.loop, with_results=True, raise_errors=False):
             if f.status == "finished":
                 done[position[f.key]] = result
+                # the result is here: released, so that a worker dying later (another task's)
+                # does not make the scheduler run this write again, after the cleanup below
+                f.release()
             else:
                 failed.append(f)
         results = [w for i in sorted(done) for w in done[i]]
