@@ -3,8 +3,8 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, history,
-    diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
+    load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, restore,
+    history, diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
     CommitOptions,
     S3Store (``S3Store.from_options(url, storage_options)``)
 
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         drop_indices,
         garbage_collect,
         history,
+        restore,
         upgrade_dataset,
     )
 
@@ -88,6 +89,7 @@ __all__ = [
     "drop_indices",
     "garbage_collect",
     "history",
+    "restore",
     "upgrade_dataset",
     "index_lookup",
     "iter_dataset",
@@ -121,7 +123,7 @@ _LAZY: dict[str, str] = {
     "StoreLike": "kstore.io.store",
     "open_store": "kstore.io.store",
     **dict.fromkeys(("build_indices", "compact", "copy_dataset", "delete_dataset", "delete_rows", "diff",
-                     "drop_indices", "garbage_collect", "history", "upgrade_dataset"), "kstore.lifecycle"),
+                     "drop_indices", "garbage_collect", "history", "restore", "upgrade_dataset"), "kstore.lifecycle"),
 }
 
 #: subpackages an eager ``import kstore`` used to load as a side effect: ``kstore.eager.x`` after a

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from kstore.blocks import load, mutate
+from kstore.blocks import restore as _restore
 from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
@@ -51,6 +52,7 @@ __all__ = [
     "build_indices",
     "drop_indices",
     "delete_rows",
+    "restore",
     "history",
     "diff",
     "resolve_version",
@@ -177,6 +179,65 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
     (1, [5, 7])
     """
     return mutate.delete_rows(open_store(store), dataset_uuid, predicates, options=CommitOptions(txn=as_txn(txn)))
+
+
+def restore(store: StoreLike, dataset_uuid: str, version: int | None = None, *, as_of: AsOf = None,
+            txn: tuple[str, int] | None = None) -> DatasetMetadata:
+    """Make an older retained version the newest again, as a new version (nothing is rewritten).
+
+    The new version references the files ``version`` referenced and takes its schema,
+    partition columns, secondary indices and user metadata (Delta's ``RESTORE``, Iceberg's
+    rollback, Lance's ``restore``). The versions in between stay in :func:`history` and
+    readable by time travel until :func:`garbage_collect` expires them. Application
+    transactions (``txn``) committed since stay committed.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    version
+        The retained version to restore.
+    as_of
+        Or: the version that was current at this ``datetime`` / ISO 8601 text
+        (:data:`~kstore.core.arguments.AsOf`). Give ``version`` or ``as_of``.
+    txn
+        ``(app_id, version)``: a re-run after the restore committed changes nothing.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version (the newest one unchanged when it is ``version`` itself).
+
+    Raises
+    ------
+    VersionNotFoundError
+        The version was expired by :func:`garbage_collect` (or never existed), or a garbage
+        collection committed after it may expire it (its cutoff is later than the
+        version's commit): its files may be deleted, so it cannot be restored.
+    CommitConflictError
+        Another writer added or removed files after the restore read the newest version
+        (nothing was committed; run it again).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://restore-doc", "d", pd.DataFrame({"x": [1, 2]}))
+    >>> _ = kstore.store_dataset("memory://restore-doc", "d", pd.DataFrame({"x": [9]}), mode="overwrite")
+    >>> kstore.restore("memory://restore-doc", "d", 0).version
+    2
+    >>> sorted(kstore.read_dataset("memory://restore-doc", "d")["x"])
+    [1, 2]
+    >>> [h.operation for h in kstore.history("memory://restore-doc", "d")]
+    ['create', 'overwrite', 'restore']
+    """
+    if version is None and as_of is None:
+        raise InvalidArgumentError("restore needs the version to restore: pass version or as_of")
+    st = open_store(store)
+    target = resolve_version(st, dataset_uuid, version=version, as_of=as_of)
+    assert target is not None
+    return _restore.restore(st, dataset_uuid, target, options=CommitOptions(txn=as_txn(txn)))
 
 
 def compact(

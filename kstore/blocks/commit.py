@@ -54,7 +54,7 @@ from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import AddedFile, Delete, Operation
+from kstore.core.operations import AddedFile, Delete, Operation, Restore
 from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_parts, encode_actions, main_file_bytes
 from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
 from kstore.errors import (
@@ -154,7 +154,7 @@ def oldest_file_ms(keys: Sequence[str]) -> int | None:
 
 def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, new: pa.Schema | None,
                    op: Operation, uuid: str) -> pa.Schema | None:
-    if op.creates or base is None:
+    if op.creates or op.resets or base is None:
         return new
     if new is None:
         return base_schema
@@ -210,6 +210,8 @@ def commit(
         op.check(base, dataset_uuid=dataset_uuid)
         _check_orphan_cutoff(store, dataset_uuid, head, files, op.seen_version,
                              creates=op.creates or base is None)
+        if isinstance(op, Restore):
+            _check_restore_retained(store, dataset_uuid, head, op)
         written: list[str] = []
         try:
             staged = _stage(store, head, op, files, schema, written)
@@ -384,9 +386,19 @@ def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int | None, hea
     """The largest orphan cutoff of the fences committed after ``seen_version`` (all of
     them for None) up to the head (None: no fence), or ``_UNKNOWN`` when an entry of that
     range is gone or damaged."""
+    fences = _fences_since(store, dataset_uuid, seen_version, head)
+    if fences is _UNKNOWN:
+        return _UNKNOWN
+    cutoffs = [cutoff for _, cutoff in fences]
+    return max(cutoffs) if cutoffs else None
+
+
+def _fences_since(store: Store, dataset_uuid: str, seen_version: int | None, head: Head) -> Any:
+    """``(operation, orphan cutoff)`` of each fence committed after ``seen_version`` up to
+    the head, or ``_UNKNOWN`` when an entry of that range is gone or damaged."""
     first = 0 if seen_version is None else seen_version + 1
     if head.version is None or head.version < first:
-        return None
+        return []
     wanted = list(range(first, head.version + 1))
     if load.log_versions(store, dataset_uuid, after=seen_version)[: len(wanted)] != wanted:
         return _UNKNOWN  # entries of the range were deleted: their fences cannot be read
@@ -400,9 +412,42 @@ def _cutoff_since(store: Store, dataset_uuid: str, seen_version: int | None, hea
     entries = runtime.parallel_map(get, wanted, max_workers=16)
     if any(e is None for e in entries):
         return _UNKNOWN
-    cutoffs = [e.orphan_cutoff_ms for e in entries if e is not None and e.orphan_cutoff_ms is not None
-               and e.operation in FENCE_OPERATIONS]
-    return max(cutoffs) if cutoffs else None
+    return [(e.operation, e.orphan_cutoff_ms) for e in entries if e is not None and e.orphan_cutoff_ms is not None
+            and e.operation in FENCE_OPERATIONS]
+
+
+def _check_restore_retained(store: Store, dataset_uuid: str, head: Head, op: Restore) -> None:
+    """Refuse to restore a version a garbage collection committed after it may expire.
+
+    GC keeps a version whose log entry is no older than its cutoff (and the newest one
+    before it); it decides after its fence and deletes the files no version it keeps
+    references. So a GC whose fence is in the log after ``op.target`` and whose cutoff is
+    younger than the target's commit may expire the target and delete its files while this
+    restore commits (the versions GC reads may not include the restore yet); a
+    ``delete_dataset`` after it deleted them. A GC committed after this restore's claim reads
+    the restore, which references the files: no threat. Reads the log entries after the
+    target (a restore is rare; this is its cost).
+    """
+    assert op.target is not None and op.target.version is not None
+    fences = _fences_since(store, dataset_uuid, op.target.version, head)
+    if fences == []:
+        return
+    deleted = fences is not _UNKNOWN and any(kind == "delete" for kind, _ in fences)
+    since = None if fences is _UNKNOWN else max(cutoff for _, cutoff in fences)
+    if not deleted and since is not None and op.target_committed_ms is not None and op.target_committed_ms > since:
+        return
+    if deleted:
+        why = "the dataset was deleted after it (its files are gone)"
+    elif since is None:
+        why = "log entries after it are gone, so whether a garbage collection expires it is unknown"
+    else:
+        when = datetime.fromtimestamp(since / 1000, timezone.utc).isoformat()
+        why = (f"a garbage collection committed after it expires versions committed before {when}, so its files "
+               "may be deleted")
+    raise VersionNotFoundError(
+        f"dataset {dataset_uuid!r}: version {op.target.version} cannot be restored: {why}; restore a version inside "
+        "the retention window (nothing was committed)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,7 +481,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     # a base kstore has no log form for (a format-1 version, a kartothek dataset: statistics
     # and indices in files of their own) becomes columnar once; this commit then records
     # the whole state (reset) so replay starts here
-    reset = base is None or op.creates
+    reset = base is None or op.creates or op.resets
     if base is not None and not base.columnar and not op.creates and not isinstance(op, Delete):
         base = load.to_columnar(store, base)
         reset = True
@@ -451,7 +496,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
         wanted = _index_columns(base, op, new_schema, dataset_uuid)
-        pkeys = base.partition_keys if (base is not None and not op.creates) else (op.partition_on or ())
+        pkeys = op.partition_keys_on(base)
         # partition columns are not in the files (their statistics would be all null) and
         # are pruned by the labels: no statistics columns for them
         add_rows = _added_rows(op, files, pa.schema([f for f in new_schema if f.name not in pkeys]), wanted)
@@ -520,8 +565,8 @@ def _wants_checkpoint(head: Head, new: DatasetMetadata, reset: bool) -> bool:
 
 
 def _index_columns(base: DatasetMetadata | None, op: Operation, schema: pa.Schema, uuid: str) -> list[str]:
-    keep = [] if (base is None or op.creates) else [*base.indices, *base.inline_indices]
-    pkeys = base.partition_keys if (base is not None and not op.creates) else (op.partition_on or ())
+    keep = [] if (base is None or op.creates or op.resets) else [*base.indices, *base.inline_indices]
+    pkeys = op.partition_keys_on(base)
     wanted = [c for c in dict.fromkeys((*keep, *op.index_columns))
               if c not in op.drop_index_columns and c not in pkeys]
     for col in wanted:

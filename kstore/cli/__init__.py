@@ -81,7 +81,7 @@ def cli(verbose: int) -> None:
 
 for _command in (readonly.ls, readonly.info, readonly.plan, readonly.read, readonly.history, readonly.stats, readonly.diff,
                  maintain.gc, maintain.delete, maintain.copy, maintain.compact, maintain.build_indices,
-                 maintain.upgrade):
+                 maintain.restore, maintain.upgrade):
     cli.add_command(_command)
 
 

@@ -1,5 +1,5 @@
 """Commands that change a store: gc, delete (destructive: --dry-run / --yes), copy,
-compact, build-indices, upgrade."""
+compact, build-indices, restore, upgrade."""
 
 from __future__ import annotations
 
@@ -223,6 +223,28 @@ def build_indices(store: str, dataset: str, columns: tuple[str, ...]) -> None:
     click.echo(f"version {meta.version}: indices {sorted(meta.indices)}")
 
 
+@click.command("restore", cls=Command)
+@click.argument("store")
+@click.argument("dataset")
+@click.option("--version", "version", type=click.IntRange(min=0), default=None,
+              help="The retained version to restore (see `kstore history`).")
+@click.option("--as-of", "as_of", default=None, metavar="TIMESTAMP",
+              help="Or: the version that was current at this ISO 8601 time (naive = UTC).")
+def restore(store: str, dataset: str, version: int | None, as_of: str | None) -> None:
+    """Make an older retained version of DATASET the newest again (a new version; nothing is rewritten)."""
+    import kstore
+    from kstore.lifecycle import resolve_version
+
+    if version is None and as_of is None:
+        raise UserError("give --version or --as-of: the version to restore")
+    target = resolve_version(store, dataset, version=version, as_of=as_of)
+    meta = kstore.restore(store, dataset, target)
+    if meta.version == target:
+        click.echo(f"version {target} is the newest version already: nothing to restore")
+    else:
+        click.echo(f"version {meta.version}: restores version {target}")
+
+
 @click.command("upgrade", cls=Command)
 @click.argument("store")
 @click.argument("dataset")
@@ -234,4 +256,4 @@ def upgrade(store: str, dataset: str) -> None:
     click.echo(f"dataset {meta.uuid!r} is at version {meta.version}")
 
 
-__all__ = ["gc", "delete", "copy", "compact", "build_indices", "upgrade", "RetentionDays", "MiB"]
+__all__ = ["gc", "delete", "copy", "compact", "build_indices", "restore", "upgrade", "RetentionDays", "MiB"]

@@ -37,11 +37,12 @@ from kstore.errors import (
 __all__ = [
     "Operation", "OperationKind", "AddedFile", "next_version", "txn_committed", "Create", "Overwrite", "Append", "DeleteScope",
     "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "Compaction", "Upgrade", "Vacuum", "Delete",
+    "Restore",
 ]
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
-    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "vacuum", "delete",
+    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "vacuum", "delete", "restore",
 ]
 
 
@@ -89,6 +90,9 @@ class Operation:
     #: whether the commit refuses to read more than 1,000 files to fill a requested index
     #: (an index build is the one operation that may)
     limits_index_reads: ClassVar[bool] = True
+    #: whether the new version's state is not the base's changed but one given whole (a
+    #: ``restore``): its log entry records the whole state, as a create's does
+    resets: ClassVar[bool] = False
 
     added: tuple[AddedFile, ...] = ()
     remove: tuple[str, ...] = ()
@@ -118,6 +122,12 @@ class Operation:
     #: indices built while writing the files: column -> (index, labels it covers)
     prebuilt_indices: Mapping[str, tuple[ColumnIndex, frozenset[str]]] | None = field(
         default=None, compare=False, repr=False)
+
+    def partition_keys_on(self, base: DatasetMetadata | None) -> tuple[str, ...]:
+        """The partition columns of the version this operation commits on top of ``base``."""
+        if base is not None and not self.creates:
+            return tuple(base.partition_keys)
+        return tuple(self.partition_on or ())
 
     def done_before(self, base: DatasetMetadata | None) -> bool:
         """Whether ``base`` already holds this operation's effect (its transaction was
@@ -328,6 +338,71 @@ class Upgrade(Operation):
 
     def done_before(self, base: DatasetMetadata | None) -> bool:
         return base is not None and base.version is not None  # a concurrent upgrade won
+
+
+@dataclass(frozen=True, slots=True)
+class Restore(Operation):
+    """The dataset set back to an older retained version (``restore``): that version's
+    files, schema, partition columns, indices and user metadata become a new version; the
+    versions between stay in the history (time travel reads them until GC expires them).
+
+    The dataset's incarnation and its application transactions are the base's: a restore
+    changes the dataset, it does not create another one, and a job that committed after
+    ``target`` does not run again because of it.
+
+    Conflict rule: a restore replaces the whole state it read (``scope_labels``: every file
+    of the version read), so any file another writer added or removed after it read is a
+    :class:`~kstore.errors.CommitConflictError` (as a Delta ``RESTORE`` reads the whole
+    table). The commit block also refuses a ``target`` older than the orphan cutoff of a
+    garbage collection committed after it: that GC may expire it and delete its files.
+
+    >>> base = DatasetMetadata.new("d").evolve(version=4, txns={"app": 3}, incarnation="i2")
+    >>> old = DatasetMetadata.new("d", partition_keys=["p"], metadata={"owner": "me"}).evolve(
+    ...     version=1, incarnation="i1")
+    >>> new = Restore(target=old, read_version=4).apply(base, dataset_uuid="d", schema=None, now="t")
+    >>> new.version, new.partition_keys, dict(new.metadata), dict(new.txns), new.incarnation
+    (5, ('p',), {'owner': 'me'}, {'app': 3}, 'i2')
+    """
+
+    kind: ClassVar[OperationKind] = "restore"
+    resets: ClassVar[bool] = True
+    limits_index_reads: ClassVar[bool] = False
+
+    #: the retained version whose state the new version takes
+    target: DatasetMetadata | None = field(default=None, compare=False, repr=False)
+    #: when ``target`` was committed (its log entry's timestamp, epoch ms): what garbage
+    #: collection compares with its cutoff to decide whether ``target`` stays retained
+    target_committed_ms: int | None = None
+
+    def partition_keys_on(self, base: DatasetMetadata | None) -> tuple[str, ...]:
+        assert self.target is not None
+        return tuple(self.target.partition_keys)
+
+    def check(self, base: DatasetMetadata | None, *, dataset_uuid: str) -> None:
+        Operation.check(self, base, dataset_uuid=dataset_uuid)
+        assert base is not None
+        if self.scope_labels is not None and base.version != self.read_version:
+            changed = sorted(set(base.partitions) ^ self.scope_labels)
+            if changed:
+                raise CommitConflictError(
+                    f"dataset {dataset_uuid!r}: version {base.version} added or removed file(s) "
+                    f"{changed[:5]}{' ...' if len(changed) > 5 else ''} after version {self.read_version}, which "
+                    "this restore read; nothing was committed"
+                )
+
+    def _apply(self, base: DatasetMetadata | None, *, dataset_uuid: str, schema: pa.Schema | None, now: str,
+               version: int, add_rows: pa.Table | None) -> DatasetMetadata | None:
+        if base is None:
+            raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+        if self.target is None:
+            raise ValueError("a restore needs the version it restores")
+        txns = dict(base.txns)
+        if self.txn is not None:
+            txns[self.txn[0]] = int(self.txn[1])
+        user = {**self.target.metadata, **(self.metadata or {})}
+        return self.target.evolve(version=version, schema=schema if schema is not None else self.target.schema,
+                                  txns=txns, metadata=user, incarnation=base.incarnation, commit_id=None,
+                                  orphan_cutoff_ms=base.orphan_cutoff_ms, main_format=base.main_format)
 
 
 @dataclass(frozen=True, slots=True)

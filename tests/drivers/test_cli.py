@@ -376,3 +376,18 @@ def test_a_real_terminal_gets_progress_bars_and_a_pipe_does_not(tmp_path):
     assert b"merged 8 files into 2" in out
     text = seen.decode("utf-8", "replace")
     assert "compact c" in text and "2/2" in text, text[-2000:]
+
+
+def test_restore_brings_back_an_older_version(store):
+    before = kstore.read_dataset(store, "sales")
+    kstore.update_dataset(store, "sales", delete_scope=[{"day": "a"}])
+    res = invoke("restore", store, "sales", "--version", "0")
+    assert res.exit_code == 0 and res.output.strip() == "version 2: restores version 0"
+    got = kstore.read_dataset(store, "sales")
+    assert sorted(got["v"]) == sorted(before["v"])
+    assert invoke("restore", store, "sales", "--version", "2").output.strip() == (
+        "version 2 is the newest version already: nothing to restore")
+    code, _ = run("restore", store, "sales")
+    assert code != 0
+    code, _ = run("restore", store, "sales", "--version", "9")
+    assert code == 1

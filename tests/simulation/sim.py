@@ -140,6 +140,9 @@ class Config:
     #: each schedule draws which fault kinds of issue #29 it adds (each with chance 1/2, at
     #: least one; :func:`mixed`), so every interleaving meets them together as well
     mix_fault_kinds: bool = False
+    #: chance that a writer's operation (not its first) is a ``kstore.restore`` of the version
+    #: 1-3 back from the newest it sees (its own random stream: the other draws stay as they were)
+    restore_rate: float = 0.0
 
 
 #: one setting per fault kind of issue #29 (``python -m tests.simulation.run --mode <kind>``,
@@ -152,6 +155,9 @@ FAULT_KINDS: dict[str, Config] = {
     "held-creates": Config(held_rate=0.25),
     "recreate": Config(recreate_cycles=2, snapshot_rate=0.8),
     "damaged-derived": Config(damage_rate=0.3),
+    # (not a fault: restores, which bring back files of older versions, beside GC runs of
+    # every retention; #33)
+    "restores": Config(restore_rate=0.4, gc_runs=6, ops_per_writer=4),
 }
 
 
@@ -192,6 +198,7 @@ class Stats:
     reads_checked: int = 0
     committed: Counter = field(default_factory=Counter)  # versions by operation kind
     kinds: Counter = field(default_factory=Counter)  # schedules by fault kind drawn (mixed)
+    restores: int = 0  # kstore.restore calls started (restores mode)
 
 
 # ---------------------------------------------------------------------------------------
@@ -687,6 +694,7 @@ Rows = frozenset  # of (rid, p, x)
 @dataclass(frozen=True)
 class Op:
     kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices | drop_indices | compact
+    #          | restore (x: how many versions back from the newest it sees)
     tag: tuple[str, int]
     rows: tuple[tuple[int, str, int], ...] = ()
     partition: str | None = None
@@ -943,6 +951,12 @@ class Observer:
             if op is None:
                 self.fail(f"version {v} ({operation}) carries an unknown transaction {txn}")
             expected = op.apply(before)
+            if operation == "restore":  # the rows of the version it restored, as they read then
+                target = (entry.get("info") or {}).get("restored_version")
+                if target not in self.snapshots or self.snapshots[target] is None:
+                    self.fail(f"version {v} restores version {target}, which had no dataset or was never seen "
+                              f"({self.about(v)})")
+                expected = self.snapshots[target]
             self._check_incarnation(v, op, inc)
         try:
             table = kstore.read_table(self.raw, UUID, version=v)
@@ -1072,6 +1086,7 @@ class Simulation:
         self.rng = random.Random(seed * 7 + 1)
         # its own stream: the operations each seed plans stay what they were before
         self.snap_rng = random.Random(seed * 13 + 7)
+        self.restore_rng = random.Random(seed * 17 + 3)  # (its own stream: the other draws stay as they were)
         self.outcomes: list[Outcome] = []
         self.errors: list[str] = []
         self.gc_retentions: list[timedelta] = []
@@ -1123,7 +1138,10 @@ class Simulation:
                     op = Op(kind, tag)
                 else:
                     op = Op(kind, tag, rows=self._rows(self.rng.randint(1, 3)))
-            if op.kind != "create" and self.snap_rng.random() < self.config.snapshot_rate:
+            if (op.kind != "create" and j > 0 and self.config.restore_rate
+                    and self.restore_rng.random() < self.config.restore_rate):  # (after the writer's first operation)
+                op = Op("restore", tag, x=self.restore_rng.randint(1, 3))
+            if op.kind not in ("create", "restore") and self.snap_rng.random() < self.config.snapshot_rate:
                 op = replace(op, snapshot=True)
                 if self.config.recreate_cycles and self.stale_rng.random() < self.config.stale_rate:
                     op = replace(op, stale=True)
@@ -1161,6 +1179,10 @@ class Simulation:
             return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         if op.kind == "drop_indices":
             return kstore.drop_indices(st, UUID, ["x"], txn=op.tag)
+        if op.kind == "restore":
+            self.stats.restores += 1
+            newest = kstore.load_metadata(st, UUID).version or 0
+            return kstore.restore(st, UUID, max(0, newest - (op.x or 1)), txn=op.tag)
         return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
 
     def _run_on_snapshot(self, st: SimStore, op: Op) -> Any:
@@ -1470,7 +1492,8 @@ class Simulation:
                 obs.fail(f"{o.op.tag} {o.op.kind} ({o.result}{': ' + o.error if o.error else ''}) was committed "
                          f"{len(found)} times: " + "; ".join(f"version {v}: {obs.about(v)}" for v in found))
             if o.result == "acked":
-                if not found and not _noop(o.op, obs):
+                # (a restore of version 0 when that was the newest commits nothing)
+                if not found and not _noop(o.op, obs) and not (o.op.kind == "restore" and o.version == 0):
                     obs.fail(f"{o.op.tag} {o.op.kind} returned version {o.version} but no version carries it"
                              + (f" (version {o.version}: {obs.about(o.version)})" if o.version is not None else ""))
                 if found and o.version is not None and o.version < found[0]:

@@ -12,7 +12,8 @@ time, a violation is found within the first few seeds.
 The fault kinds of issue #29 (clock offsets per actor, pauses after a check, held
 conditional creates, delete + re-create under stale snapshots, damaged derived files) are
 mixed into 1,800 of the 2,000 (each schedule draws which kinds it adds: ``Config.mix_fault_kinds``),
-and each runs alone in ``test_fault_kind``: 430 schedules in CI (``_CI_FAULT_BUDGET``), or N per kind with
+and each runs alone in ``test_fault_kind``: 490 schedules in CI (``_CI_FAULT_BUDGET``; the ``restores`` mode of
+#33, kstore.restore beside GC runs, is one of them though it is no fault), or N per kind with
 ``KSTORE_SIM_FAULT_SCHEDULES=N`` (``KSTORE_SIM_FAULT_KINDS=clock-skew,held-creates`` picks
 kinds). On the code before the fixes of #29 each kind finds violations within 100 schedules. ``test_fault_kinds_replay`` always
 runs: each kind fires and a seed replays exactly, violations included.
@@ -124,9 +125,10 @@ def test_a_seed_replays_exactly():
 _FAULT_N = os.environ.get("KSTORE_SIM_FAULT_SCHEDULES")
 _FAULT_PICK = {k.strip() for k in os.environ.get("KSTORE_SIM_FAULT_KINDS", "").split(",") if k.strip()}
 #: fault kind -> schedules (memory store) in CI, each kind alone and heavier (more GC runs
-#: and operations) than in the mixed modes: 430 beside the 2,000 of the other modes (pauses
+#: and operations) than in the mixed modes: 490 beside the 2,000 of the other modes (pauses
 #: run ~8 times as long as the others); KSTORE_SIM_FAULT_SCHEDULES=N runs N of each instead
-_CI_FAULT_BUDGET = {"clock-skew": 100, "pauses": 30, "held-creates": 100, "recreate": 100, "damaged-derived": 100}
+_CI_FAULT_BUDGET = {"clock-skew": 100, "pauses": 30, "held-creates": 100, "recreate": 100, "damaged-derived": 100,
+                    "restores": 60}
 FAULT_BUDGET = {kind: int(_FAULT_N) if _FAULT_N else _CI_FAULT_BUDGET.get(kind, 100)
                 for kind in FAULT_KINDS if not _FAULT_PICK or kind in _FAULT_PICK}
 #: each kind's seeds (other than the other modes')
@@ -143,6 +145,7 @@ def _fired(kind: str, stats: list[Stats]) -> bool:
         "held-creates": faults["land"] > 0 and faults["held-conflict"] > 0,
         "recreate": committed["delete"] > 0 and faults["stale-wait"] > 0,
         "damaged-derived": faults["damage"] > 0,
+        "restores": sum(s.restores for s in stats) > 0,
     }[kind]
 
 
@@ -163,6 +166,8 @@ def test_fault_kind(kind, start):
             raise Violation(f"fault kind {kind}: replay with python -m tests.simulation.run --mode {kind} "
                             f"--start {seed} --schedules 1\n{exc}") from None
     assert len(stats) == n and _fired(kind, stats)
+    if kind == "restores":  # and some committed, beside GC runs
+        assert sum(s.committed["restore"] for s in stats) > 0
     assert sum(s.outcomes["acked"] for s in stats) > n
 
 
@@ -257,3 +262,15 @@ def test_the_simulation_catches_a_broken_protocol(monkeypatch, breakage):
     with pytest.raises(Violation, match=r"seed \d+: "):
         for seed in range(60):
             Simulation(seed, MemoryStore, Config(retentions=(timedelta(0), timedelta(seconds=2)))).run()
+
+
+def test_the_simulation_catches_a_restore_that_ignores_gc(monkeypatch):
+    """Restores (#33) bring back files of older versions: without the commit's check that no
+    GC committed after the restored version may expire it, a GC deletes files the restored
+    version references (seed 2500116 of the restores mode showed it)."""
+    import kstore.blocks.commit as commit
+
+    monkeypatch.setattr(commit, "_check_restore_retained", lambda *a, **k: None)
+    with pytest.raises(Violation, match=r"deleted by gc, but retained version"):
+        for seed in range(2_500_110, 2_500_120):
+            Simulation(seed, MemoryStore, FAULT_KINDS["restores"]).run()
