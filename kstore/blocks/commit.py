@@ -115,8 +115,9 @@ def owning_files(store: Store, files: Sequence[WrittenFile], work: Callable[[], 
     that adds ``files``) as the owner of those files: the one place that decides their fate.
 
     - ``work`` fails before the claim: the files are deleted (nothing half-written);
-    - :class:`~kstore.errors.CommitStateUnknownError`: they stay (the version is, or may
-      be, committed; GC removes them if it is not);
+    - :class:`~kstore.errors.CommitStateUnknownError`, or any exception :func:`commit` raised
+      during or after its claim (a ``KeyboardInterrupt``, a store adapter's own error): they
+      stay (the version is, or may be, committed; GC removes them if it is not);
     - the state ``work`` returns does not name them: deleted (the same transaction was
       committed before, or nothing was committed).
 
@@ -134,13 +135,25 @@ def owning_files(store: Store, files: Sequence[WrittenFile], work: Callable[[], 
         result = work()
     except CommitStateUnknownError:
         raise  # the version is (or may be) committed: its files must stay
-    except BaseException:
-        delete_files(store, files)
+    except BaseException as exc:
+        if getattr(exc, COMMITTED_ATTRIBUTE, None) is None:
+            delete_files(store, files)
         raise
     meta: DatasetMetadata | None = result
     if files and (meta is None or not meta.has_keys([f.key for f in files])):
         delete_files(store, files)
     return result
+
+
+#: the attribute :func:`commit` sets on an exception raised once its version is, or may be,
+#: committed (an interrupt, or an error that is no :class:`~kstore.errors.KstoreError`, during
+#: or after the claim): :func:`owning_files` then keeps the files
+COMMITTED_ATTRIBUTE = "kstore_may_be_committed"
+
+
+def _mark_may_be_committed(exc: BaseException, version: int) -> None:
+    """Mark ``exc``: the version it interrupted is, or may be, committed."""
+    setattr(exc, COMMITTED_ATTRIBUTE, version)
 
 
 def oldest_file_ms(keys: Sequence[str]) -> int | None:
@@ -227,8 +240,14 @@ def commit(
             _cleanup(store, written)
             log.debug("dataset %r: base listed %.1f s ago, listing again", dataset_uuid, head.age())
             continue  # too long since the listing: the number may be stale; list again
-        claimed = _claim(store, naming.log_key(dataset_uuid, staged.entry.version), staged.entry_bytes,
-                         staged.entry)
+        try:
+            claimed = _claim(store, naming.log_key(dataset_uuid, staged.entry.version), staged.entry_bytes,
+                             staged.entry)
+        except KstoreError:
+            raise  # (the claim turns store errors into an answer or a CommitStateUnknownError)
+        except BaseException as exc:  # an interrupt, a store adapter's own error: the entry may have landed
+            _mark_may_be_committed(exc, staged.entry.version)
+            raise
         if not claimed:
             log.debug("dataset %r: version %d was claimed by another writer (attempt %d); retrying",
                       dataset_uuid, staged.entry.version, attempt + 1)
@@ -247,12 +266,18 @@ def commit(
             _retract(store, dataset_uuid, staged.entry)
             _cleanup(store, written)
             continue
-        if on_claimed is not None:
-            on_claimed()
-        _publish(store, staged, head, later)
-        if staged.checkpoint and staged.meta is not None:
-            write_checkpoint(store, staged.meta, column_indexes=staged.column_indexes)
-            write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
+        try:
+            if on_claimed is not None:
+                on_claimed()
+            _publish(store, staged, head, later)
+            if staged.checkpoint and staged.meta is not None:
+                write_checkpoint(store, staged.meta, column_indexes=staged.column_indexes)
+                write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
+        except CommitStateUnknownError:
+            raise
+        except BaseException as exc:  # whatever fails after the claim, the version is committed
+            _mark_may_be_committed(exc, staged.entry.version)
+            raise
         log.info("dataset %r: committed version %d (%s: %d file(s) added, %d file(s) removed%s)",
                  dataset_uuid, staged.entry.version, op.kind, len(op.added), len(op.remove),
                  f", after {attempt + 1} attempts" if attempt else "")

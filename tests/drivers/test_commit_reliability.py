@@ -795,3 +795,32 @@ def test_commit_gives_up_with_a_clear_error_after_max_attempts(tmp_path):
     leftovers = dataset_keys(url) - before - stolen - {f.key for f in files}
     assert not leftovers, f"index/statistics files of failed attempts were left: {leftovers}"
 
+
+
+@pytest.mark.parametrize("where, error", [
+    ("after-claim", KeyboardInterrupt),      # the entry landed, the interrupt came with the answer
+    ("main-file", RuntimeError),              # a store adapter's own error while publishing
+    ("main-file", KeyboardInterrupt),
+])
+def test_an_interrupt_or_foreign_error_after_the_claim_keeps_the_files(tmp_path, where, error):
+    """Invariant 1: once the version is (or may be) committed, no cleanup deletes its files,
+    whatever the exception (the claim's and the publish's KstoreErrors were handled before;
+    an interrupt or an adapter's RuntimeError went to the write's cleanup, which deleted the
+    data files of a committed version)."""
+    url, _ = local_store(tmp_path)
+    kstore.store_dataset(url, UUID, frame(["a"], [0]), partition_on="p", secondary_indices=["x"])
+
+    def after(method, key, result):
+        if where == "after-claim" and method == "put_if_absent" and "/_kstore/log/" in key:
+            raise error("interrupted")
+
+    def before(method, key):
+        if where == "main-file" and method == "put" and key.startswith(f"{UUID}.by-dataset-metadata"):
+            raise error("interrupted")
+
+    with pytest.raises(error):
+        kstore.update_dataset(HookStore(url, before=before, after=after), UUID, frame(["b", "b"], [1, 2]))
+    assert log_versions(url) == [0, 1]
+    assert sorted(kstore.read_dataset(url, UUID)["id"]) == [0, 1, 2]
+    st = kstore.open_store(url)
+    assert all(st.exists(k) for k in load.load_version(st, UUID, 1).referenced_keys())
