@@ -4,7 +4,8 @@ The source (a DataFrame or Arrow table with the dataset's columns) is converted 
 as an append converts and checks its data (:func:`~kstore.blocks.write.to_arrow`,
 :func:`~kstore.blocks.write.table_schema`, :func:`~kstore.core.types.merge_schemas`). Its
 keys become a predicate (per key column an ``in`` of its distinct values, or a ``>=``/``<=``
-range beyond :data:`MAX_IN_VALUES` of them) that the planner prunes with partition values,
+range beyond :data:`MAX_IN_VALUES` of them; one conjunction per partition when the keys
+include partition columns: :func:`key_predicates`) that the planner prunes with partition values,
 secondary indices and statistics: only the files that may hold a source key are read.
 :func:`~kstore.blocks.mutate.rewrite_rows` then rewrites each file holding a matched row
 once and adds the unmatched source rows as new files, in one
@@ -49,6 +50,7 @@ from kstore.blocks.write import table_schema, to_arrow
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Merge, txn_committed
+from kstore.core.predicates import MAX_PREDICATE_TERMS
 from kstore.core.types import merge_schemas
 from kstore.errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError, short_repr
 from kstore.io.store import Store
@@ -175,19 +177,41 @@ def _complete(table: pa.Table, keys: Sequence[str]) -> pa.Array:
     return mask
 
 
-def key_predicates(src: pa.Table, keys: Sequence[str], *, max_in: int = MAX_IN_VALUES) -> list[list[tuple[str, str, Any]]]:
-    """A predicate the rows holding a (complete) key of ``src`` all match: per key column an
-    ``in`` of its distinct values, or its ``>=``/``<=`` range beyond ``max_in`` of them; no
-    complete key: a predicate nothing matches.
+def key_predicates(src: pa.Table, keys: Sequence[str], partition_keys: Sequence[str] = (), *,
+                   max_in: int = MAX_IN_VALUES) -> list[list[tuple[str, str, Any]]]:
+    """A predicate every row holding a (complete) key of ``src`` matches: per key column an
+    ``in`` of its distinct values, or its ``>=``/``<=`` range beyond ``max_in`` of them. Keys
+    that include partition columns get one conjunction per partition (its values ``==``,
+    the other key columns' values in that partition), while that stays within
+    :data:`~kstore.core.predicates.MAX_PREDICATE_TERMS`. No complete key: a predicate
+    nothing matches.
 
     >>> key_predicates(pa.table({"k": [3, 1, 3, None]}), ["k"])
     [[('k', 'in', [3, 1])]]
     >>> key_predicates(pa.table({"k": [3, 1, 2]}), ["k"], max_in=2)
     [[('k', '>=', 1), ('k', '<=', 3)]]
+    >>> key_predicates(pa.table({"p": ["a", "b", "a"], "k": [1, 2, 3]}), ["p", "k"], ["p"])
+    [[('p', '==', 'a'), ('k', 'in', [1, 3])], [('p', '==', 'b'), ('k', 'in', [2])]]
     """
     valid = src.select(keys).filter(_complete(src, keys))
     if valid.num_rows == 0:
         return [[(keys[0], "in", [])]]
+    parts = [k for k in keys if k in partition_keys]
+    rest = [k for k in keys if k not in partition_keys]
+    if parts and rest:
+        groups = valid.group_by(parts).aggregate([([], "count_all")]).drop_columns(["count_all"])
+        if groups.num_rows * len(keys) <= MAX_PREDICATE_TERMS // 2:  # (a range takes two terms)
+            out = []
+            for values in groups.to_pylist():
+                mask = pa.array(np.ones(valid.num_rows, dtype=bool))
+                for k in parts:
+                    mask = pc.and_(mask, pc.equal(valid.column(k), pa.scalar(values[k], valid.schema.field(k).type)))
+                out.append([(k, "==", values[k]) for k in parts] + _value_terms(valid.filter(mask), rest, max_in))
+            return out
+    return [_value_terms(valid, keys, max_in)]
+
+
+def _value_terms(valid: pa.Table, keys: Sequence[str], max_in: int) -> list[tuple[str, str, Any]]:
     terms: list[tuple[str, str, Any]] = []
     for k in keys:
         distinct = pc.unique(valid.column(k))
@@ -196,7 +220,7 @@ def key_predicates(src: pa.Table, keys: Sequence[str], *, max_in: int = MAX_IN_V
         else:
             bounds = pc.min_max(distinct)
             terms += [(k, ">=", bounds["min"].as_py()), (k, "<=", bounds["max"].as_py())]
-    return [terms]
+    return terms
 
 
 def _pairs(rows: pa.Table, src: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +240,7 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, keys: list[str], mo
     if txn_committed(base, options.txn):
         return MergeResult(base)  # committed before: nothing to do
     by_source = modes["when_not_matched_by_source"] == "delete"
-    predicates = None if by_source else key_predicates(src, keys)  # by source: every file
+    predicates = None if by_source else key_predicates(src, keys, base.partition_keys)  # by source: every file
     matched = np.zeros(src.num_rows, dtype=bool)
     counts = {"inserted": 0, "updated": 0, "deleted": 0}
 
