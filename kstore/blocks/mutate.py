@@ -40,6 +40,7 @@ Examples
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -47,6 +48,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.types as pat
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit, owning_files
@@ -384,6 +386,10 @@ def set_values(values: Mapping[str, Any], schema: pa.Schema, dataset_uuid: str) 
     Traceback (most recent call last):
     ...
     kstore.errors.InvalidArgumentError: dataset 'd': cannot set column 'x' (int8) to 300 (int): Value 300 too large to fit in C integer type
+    >>> set_values({"x": 1.5}, pa.schema([("x", pa.int8())]), "d")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: dataset 'd': cannot set column 'x' (int8) to 1.5 (float): the type would hold it as 1
     """
     if not isinstance(values, Mapping) or not values:
         raise InvalidArgumentError(
@@ -396,12 +402,32 @@ def set_values(values: Mapping[str, Any], schema: pa.Schema, dataset_uuid: str) 
     for name, value in values.items():
         t = schema.field(name).type
         try:
-            out[name] = pa.scalar(None if value is None else coerce_literal(value, t, name, dataset_uuid), type=t)
+            out[name] = _exact_scalar(value, t, name, dataset_uuid)
         except (KstoreError, pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             detail = str(exc) if not isinstance(exc, KstoreError) else "not a value of that type"
             raise InvalidArgumentError(
                 f"dataset {dataset_uuid!r}: cannot set column {name!r} ({describe(t)}) to {short_repr(value)} "
                 f"({type(value).__name__}): {detail}") from exc
+    return out
+
+
+def _exact_scalar(value: Any, t: pa.DataType, name: str, dataset_uuid: str) -> pa.Scalar:
+    """``value`` as a scalar of ``t``, or ValueError when that changes it (Arrow truncates
+    1.5 to an int 1, nanoseconds to microseconds, a float beyond float32 to inf; a zone
+    would be dropped)."""
+    if value is None:
+        return pa.scalar(None, type=t)
+    if pat.is_timestamp(t) and t.tz is None and getattr(value, "tzinfo", None) is not None:
+        raise ValueError("the column has no time zone; the value has one")
+    literal = coerce_literal(value, t, name, dataset_uuid)  # (a float32 column: rounded to float32)
+    out = pa.scalar(literal, type=t)
+    back = out.as_py()
+    if isinstance(literal, float) and math.isnan(literal) and isinstance(back, float) and math.isnan(back):
+        return out
+    if isinstance(back, float) and math.isinf(back) and not math.isinf(float(value)):
+        raise ValueError(f"it is beyond the range of {describe(t)}")
+    if back != literal:
+        raise ValueError(f"the type would hold it as {short_repr(back)}")
     return out
 
 
