@@ -91,6 +91,15 @@ class MergeResult:
         Data files replaced by rewritten ones.
     files_added : int
         Data files the commit added (the rewritten files' replacements and the inserts).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://mr-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> r = kstore.merge("memory://mr-doc", "d", pd.DataFrame({"k": [2], "x": [60]}), "k",
+    ...                  when_not_matched_by_source="delete")
+    >>> r.inserted, r.updated, r.deleted, r.files_read, r.files_rewritten, r.files_added
+    (0, 1, 1, 1, 1, 1)
     """
 
     dataset: DatasetMetadata

@@ -323,6 +323,14 @@ class UpdateResult:
         Data files read (those the predicate may match).
     files_rewritten : int
         Data files replaced by rewritten ones.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://urr-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> r = kstore.update_rows("memory://urr-doc", "d", [[("p", "==", 2)]], set={"x": 0})
+    >>> r.dataset.version, r.updated, r.files_read, r.files_rewritten
+    (1, 1, 1, 1)
     """
 
     dataset: DatasetMetadata
