@@ -36,7 +36,7 @@ from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
-from kstore.blocks.merge import MergeResult, WhenMatched, WhenNotMatched, WhenNotMatchedBySource
+from kstore.blocks.merge import MergeRequest, MergeResult, WhenMatched, WhenNotMatched, WhenNotMatchedBySource
 from kstore.blocks.mutate import UpdateResult
 from kstore.blocks.write import WrittenFile
 from kstore.core import naming, runtime
@@ -308,9 +308,8 @@ def merge(store: StoreLike, dataset_uuid: str, source: pd.DataFrame | pa.Table, 
     >>> kstore.read_dataset("memory://mg-doc", "d").sort_values("k")["x"].tolist()
     [5, 6, 70, 8]
     """
-    return _merge.merge(open_store(store), dataset_uuid, source, on, when_matched=when_matched,
-                        when_not_matched=when_not_matched, when_not_matched_by_source=when_not_matched_by_source,
-                        options=CommitOptions(txn=as_txn(txn)))
+    request = MergeRequest.of(dataset_uuid, on, when_matched, when_not_matched, when_not_matched_by_source)
+    return _merge.merge(open_store(store), dataset_uuid, source, request, options=CommitOptions(txn=as_txn(txn)))
 
 def compact(
     store: StoreLike,

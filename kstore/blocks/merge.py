@@ -27,7 +27,7 @@ Examples
 >>> from kstore.io.memory import MemoryStore
 >>> st = MemoryStore()
 >>> _ = kstore.store_dataset(st, "d", pd.DataFrame({"p": [1, 1, 2], "k": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
->>> r = merge(st, "d", pd.DataFrame({"p": [1, 2], "k": [2, 4], "x": [60, 8]}), ["k"])
+>>> r = merge(st, "d", pd.DataFrame({"p": [1, 2], "k": [2, 4], "x": [60, 8]}), MergeRequest.of("d", ["k"]))
 >>> r.inserted, r.updated, r.dataset.version
 (1, 1, 1)
 >>> sorted(kstore.read_dataset(st, "d")[["k", "x"]].itertuples(index=False, name=None))
@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.blocks import load
-from kstore.blocks.mutate import on_newest, rewrite_rows
+from kstore.blocks.mutate import RowRewrite, on_newest, rewrite_rows
 from kstore.blocks.write import table_schema, to_arrow
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
@@ -55,7 +55,7 @@ from kstore.core.types import merge_schemas
 from kstore.errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError, short_repr
 from kstore.io.store import Store
 
-__all__ = ["MergeResult", "merge", "key_predicates", "MAX_IN_VALUES"]
+__all__ = ["MergeResult", "MergeRequest", "merge", "key_predicates", "MAX_IN_VALUES"]
 
 #: A key column with at most this many distinct source values is planned with an ``in`` of
 #: them (partition values, index lookups and statistics prune by each value); with more, by
@@ -111,37 +111,51 @@ class MergeResult:
     files_added: int = 0
 
 
-def merge(store: Store, dataset_uuid: str, source: Any, on: str | Sequence[str], *,
-          when_matched: WhenMatched = "update", when_not_matched: WhenNotMatched = "insert",
-          when_not_matched_by_source: WhenNotMatchedBySource = "ignore",
+@dataclass(frozen=True, slots=True)
+class MergeRequest:
+    """What :func:`merge` is asked (validated by :meth:`of`): the key columns and what
+    becomes of matched rows, unmatched source rows and target rows the source lacks.
+
+    >>> MergeRequest.of("d", "k").keys
+    ('k',)
+    """
+
+    keys: tuple[str, ...]
+    when_matched: WhenMatched = "update"
+    when_not_matched: WhenNotMatched = "insert"
+    when_not_matched_by_source: WhenNotMatchedBySource = "ignore"
+
+    @classmethod
+    def of(cls, dataset_uuid: str, on: str | Sequence[str], when_matched: str = "update",
+           when_not_matched: str = "insert", when_not_matched_by_source: str = "ignore") -> MergeRequest:
+        """The request, or :class:`~kstore.errors.InvalidArgumentError` for a bad argument."""
+        keys = [on] if isinstance(on, str) else list(on) if isinstance(on, (list, tuple)) else None
+        if not keys or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+            raise InvalidArgumentError(
+                f"dataset {dataset_uuid!r}: merge needs on= a column name or a list of distinct column names, "
+                f"got {short_repr(on)}")
+        modes = {"when_matched": when_matched, "when_not_matched": when_not_matched,
+                 "when_not_matched_by_source": when_not_matched_by_source}
+        for name, value in modes.items():
+            if value not in _CHOICES[name]:
+                raise InvalidArgumentError(f"dataset {dataset_uuid!r}: {name} must be one of "
+                                           f"{', '.join(map(repr, _CHOICES[name]))}, got {short_repr(value)}")
+        return cls(tuple(keys), **modes)  # type: ignore[arg-type]
+
+
+def merge(store: Store, dataset_uuid: str, source: Any, request: MergeRequest, *,
           base: DatasetMetadata | None = None, options: CommitOptions | None = None) -> MergeResult:
-    """Merge ``source`` into ``base`` (default: the newest version) by the key columns ``on``;
-    one commit. See the module docstring and :func:`kstore.merge`.
+    """Merge ``source`` into ``base`` (default: the newest version) as ``request`` says; one
+    commit. See the module docstring and :func:`kstore.merge`.
 
     A planned file gone (GC after a newer version removed it): as
     :func:`~kstore.blocks.mutate.delete_rows` (planned again on the newest version, or a
     conflict for a snapshot's ``base``).
     """
     opts = options or CommitOptions()
-    keys = _key_columns(on, dataset_uuid)
-    modes: dict[str, str] = {"when_matched": when_matched, "when_not_matched": when_not_matched,
-             "when_not_matched_by_source": when_not_matched_by_source}
-    for name, value in modes.items():
-        if value not in _CHOICES[name]:
-            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: {name} must be one of "
-                                       f"{', '.join(map(repr, _CHOICES[name]))}, got {short_repr(value)}")
     table = to_arrow(source, dataset=dataset_uuid)  # (a new table: the caller's frame is not changed)
     return on_newest(store, dataset_uuid, base, "merge",
-                     lambda b, origin: _merge(store, dataset_uuid, table, keys, modes, b, opts, origin))
-
-
-def _key_columns(on: str | Sequence[str], dataset_uuid: str) -> list[str]:
-    keys = [on] if isinstance(on, str) else list(on) if isinstance(on, (list, tuple)) else None
-    if not keys or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
-        raise InvalidArgumentError(
-            f"dataset {dataset_uuid!r}: merge needs on= a column name or a list of distinct column names, "
-            f"got {short_repr(on)}")
-    return keys
+                     lambda b, origin: _merge(store, dataset_uuid, table, request, b, opts, origin))
 
 
 def _source(table: pa.Table, schema: pa.Schema, base: DatasetMetadata, keys: Sequence[str],
@@ -241,14 +255,15 @@ def _pairs(rows: pa.Table, src: pa.Table, keys: Sequence[str]) -> tuple[np.ndarr
             joined.column("__s").to_numpy().astype(np.int64, copy=False))
 
 
-def _merge(store: Store, dataset_uuid: str, table: pa.Table, keys: list[str], modes: dict[str, str],
-           base: DatasetMetadata, options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
+def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest, base: DatasetMetadata,
+           options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
+    keys = list(request.keys)
     schema = load.load_schema(store, base)
     src, new_schema, target = _source(table, schema, base, keys, dataset_uuid)
     _check_unique(src, keys, dataset_uuid)
     if txn_committed(base, options.txn):
         return MergeResult(base)  # committed before: nothing to do
-    by_source = modes["when_not_matched_by_source"] == "delete"
+    by_source = request.when_not_matched_by_source == "delete"
     predicates = None if by_source else key_predicates(src, keys, base.partition_keys)  # by source: every file
     matched = np.zeros(src.num_rows, dtype=bool)
     counts = {"inserted": 0, "updated": 0, "deleted": 0}
@@ -260,28 +275,28 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, keys: list[str], mo
         hit = np.zeros(rows.num_rows, dtype=bool)
         hit[t_idx] = True
         gone = rows.num_rows - len(t_idx) if by_source else 0  # target rows the source lacks
-        if gone == 0 and (len(t_idx) == 0 or modes["when_matched"] == "ignore"):
+        if gone == 0 and (len(t_idx) == 0 or request.when_matched == "ignore"):
             return None  # the file stays as it is
         counts["deleted"] += gone
         parts = [] if by_source else [rows.filter(pa.array(~hit))]
-        if modes["when_matched"] == "update":
+        if request.when_matched == "update":
             parts.append(src.take(pa.array(s_idx)))
             counts["updated"] += len(t_idx)
-        elif modes["when_matched"] == "delete":
+        elif request.when_matched == "delete":
             counts["deleted"] += len(t_idx)
         else:
             parts.append(rows.filter(pa.array(hit)))
         return pa.concat_tables(parts) if parts else rows.slice(0, 0)
 
     def extra() -> pa.Table | None:
-        if modes["when_not_matched"] != "insert":
+        if request.when_not_matched != "insert":
             return None
         new = src.filter(pa.array(~matched))
         counts["inserted"] = new.num_rows
         return new
 
-    done = rewrite_rows(store, dataset_uuid, base, options, kind=Merge, schema=schema, predicates=predicates,
-                        change=change, extra=extra, new_schema=new_schema, origin=origin)
+    done = rewrite_rows(store, dataset_uuid, base, options,
+                        RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema), origin=origin)
     if done.dataset is base:
         return MergeResult(base, files_read=done.files_read)
     return MergeResult(done.dataset, counts["inserted"], counts["updated"], counts["deleted"], done.files_read,

@@ -74,7 +74,8 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.write")
 
-__all__ = ["build_indices", "drop_indices", "delete_rows", "update_rows", "UpdateResult", "rewrite_rows", "Rewritten",
+__all__ = ["build_indices", "drop_indices", "delete_rows", "update_rows", "UpdateResult", "rewrite_rows", "RowRewrite",
+           "Rewritten",
            "on_newest", "set_values", "base_version"]
 
 
@@ -196,12 +197,25 @@ class Rewritten:
     files_added: int = 0
 
 
-def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, *,
-                 kind: type[Operation], schema: pa.Schema, predicates: Predicates,
-                 change: Callable[[pa.Table], pa.Table | None], extra: Callable[[], pa.Table | None] | None = None,
-                 new_schema: pa.Schema | None = None, origin: DatasetMetadata | None = None) -> Rewritten:
+@dataclass(frozen=True, slots=True)
+class RowRewrite:
+    """What :func:`rewrite_rows` does to the files of one version (see there): the operation
+    ``kind`` it commits, the dataset's ``schema``, the ``predicates`` it plans, the
+    ``change`` of each planned file's rows, the ``extra`` rows it adds, the ``new_schema`` of
+    new values."""
+
+    kind: type[Operation]
+    schema: pa.Schema
+    predicates: Predicates
+    change: Callable[[pa.Table], pa.Table | None]
+    extra: Callable[[], pa.Table | None] | None = None
+    new_schema: pa.Schema | None = None
+
+
+def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, rewrite: RowRewrite,
+                 *, origin: DatasetMetadata | None = None) -> Rewritten:
     """The copy-on-write loop of the row operations (delete_rows, update_rows, merge): one
-    commit of ``kind``.
+    commit of ``rewrite.kind``.
 
     Plans ``predicates`` on ``base`` (None: every file) with the partition values, every
     secondary index and the statistics; reads each planned file (every column, as
@@ -217,6 +231,8 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
     Nothing changed: no commit, ``base`` comes back. Every file written is deleted when the
     commit fails or does not happen (:func:`~kstore.blocks.commit.owning_files`).
     """
+    kind, schema, predicates, change, extra = (rewrite.kind, rewrite.schema, rewrite.predicates, rewrite.change,
+                                               rewrite.extra)
     sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
     indices = load.load_indices(store, base, sec, schema)  # all of them: the commit updates every one
     plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
@@ -261,7 +277,7 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
                   metadata=plain(options.metadata), info=plain(options.info),
                   read_incarnation=(origin or base).incarnation, checks_incarnation=True,
                   seen_version=base.version)
-        return commit(store, dataset_uuid, op, files=files, schema=new_schema,
+        return commit(store, dataset_uuid, op, files=files, schema=rewrite.new_schema,
                       max_attempts=options.max_attempts).dataset
 
     meta = owning_files(store, files, rewrite_and_commit)
@@ -297,8 +313,8 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: 
         hit = _mask(rows, expr)
         return rows.filter(pa.array(~hit)) if hit.any() else None
 
-    return rewrite_rows(store, dataset_uuid, base, options, kind=DeleteRows, schema=schema, predicates=predicates,
-                        change=change, origin=origin).dataset
+    return rewrite_rows(store, dataset_uuid, base, options, RowRewrite(DeleteRows, schema, predicates, change),
+                        origin=origin).dataset
 
 
 def _row_filter(predicates: Predicates, schema: pa.Schema, dataset_uuid: str, what: str, hint: str) -> pc.Expression:
@@ -377,8 +393,8 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
             rows = rows.set_column(i, rows.schema.field(i), pc.if_else(mask, value, rows.column(i).combine_chunks()))
         return rows
 
-    done = rewrite_rows(store, dataset_uuid, base, options, kind=UpdateRows, schema=schema, predicates=predicates,
-                        change=change, origin=origin)
+    done = rewrite_rows(store, dataset_uuid, base, options, RowRewrite(UpdateRows, schema, predicates, change),
+                        origin=origin)
     return UpdateResult(done.dataset, updated if done.dataset is not base else 0, done.files_read,
                         done.files_rewritten)
 
