@@ -3,6 +3,7 @@ it reads, concurrent writers, a failure at every store call, txn and time travel
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 
 import numpy as np
@@ -332,3 +333,50 @@ def test_a_txn_rerun_changes_nothing_and_history_shows_the_merge():
     assert (h.operation, len(h.removed), r3.updated) == ("merge", 1, 1)
     assert sorted(kstore.read_dataset(store, UUID, version=1)["v"]) == [10, 20, 30, 40, 50]
     assert sorted(kstore.read_dataset(store, UUID, version=0)["v"]) == [10, 20, 30, 40]
+
+
+def test_a_merge_plans_again_when_gc_removed_a_planned_file():
+    """Before the merge reads its first planned file, a compaction commits and GC (retention 0)
+    deletes the file: the merge plans again on the newest version and commits the right rows."""
+    inner = MemoryStore()
+    _people(inner)
+    kstore.update_dataset(inner, UUID, pd.DataFrame({"region": ["us"], "id": [5], "v": [50]}))
+    raced = []
+
+    def before(method, key):
+        if method == "open" and "/table/" in key and not raced:
+            raced.append(kstore.compact(inner, UUID))
+            gc = kstore.garbage_collect(inner, UUID, retention=dt.timedelta(0), enforce_retention_duration=False)
+            assert key in gc.deleted_files
+
+    r = kstore.merge(HookStore(inner, before=before), UUID,
+                     pd.DataFrame({"region": ["us", "eu"], "id": [5, 8], "v": [51, 80]}), "id")
+    assert raced and (r.updated, r.inserted) == (1, 1)
+    assert [h.operation for h in kstore.history(inner, UUID)][-3:] == ["compaction", "vacuum", "merge"]
+    got = sorted(kstore.read_dataset(inner, UUID)[["id", "v"]].itertuples(index=False, name=None))
+    assert got == [(1, 10), (1, 30), (2, 20), (3, 40), (5, 51), (8, 80)]
+    assert data_files(inner) <= referenced(inner)
+
+
+@pytest.mark.parametrize("values", [
+    pd.DataFrame({"k": pd.array([9], "int8"), "x": pd.array([1], "int8")}),  # the dataset's types
+    pd.DataFrame({"k": [9], "x": [1]}),  # int64: an append widens the column, so does a merge
+    pd.DataFrame({"k": [9], "x": [1.5]}),  # float into int: an append refuses it, so does a merge
+    pd.DataFrame({"k": [9], "x": pd.to_datetime(["2020-01-01"])}),
+])
+def test_the_source_is_converted_and_checked_as_an_append(values):
+    df = pd.DataFrame({"k": pd.array([1, 2], "int8"), "x": pd.array([5, 6], "int8")})
+    appended, merged = MemoryStore(), MemoryStore()
+    kstore.store_dataset(appended, UUID, df)
+    kstore.store_dataset(merged, UUID, df)
+    try:
+        kstore.update_dataset(appended, UUID, values)
+    except kstore.errors.KstoreError as exc:
+        with pytest.raises(type(exc)):
+            kstore.merge(merged, UUID, values, "k")
+        assert kstore.load_metadata(merged, UUID).version == 0
+        return
+    kstore.merge(merged, UUID, values, "k")
+    assert kstore.read_schema(merged, UUID).equals(kstore.read_schema(appended, UUID))
+    a, m = kstore.read_dataset(appended, UUID), kstore.read_dataset(merged, UUID)
+    pd.testing.assert_frame_equal(m.sort_values("k").reset_index(drop=True), a.sort_values("k").reset_index(drop=True))
