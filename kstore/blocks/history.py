@@ -66,7 +66,9 @@ class HistoryEntry:
         Files of the dataset after the commit (``n_partitions``, the old name, works for
         one more release).
     info : dict[str, Any]
-        The commit's info (``CommitOptions.info``; compaction adds its file and byte counts).
+        The commit's info (``CommitOptions.info``; compaction adds its file and byte counts,
+        ``merge`` its ``inserted``, ``updated`` and ``deleted`` rows, ``update`` its
+        ``updated`` rows).
 
     Examples
     --------

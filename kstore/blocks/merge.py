@@ -296,7 +296,8 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeReque
         return new
 
     done = rewrite_rows(store, dataset_uuid, base, options,
-                        RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema), origin=origin)
+                        RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema,
+                                   counts=lambda: dict(counts)), origin=origin)
     if done.dataset is base:
         return MergeResult(base, files_read=done.files_read)
     return MergeResult(done.dataset, counts["inserted"], counts["updated"], counts["deleted"], done.files_read,

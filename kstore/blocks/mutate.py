@@ -202,7 +202,8 @@ class RowRewrite:
     """What :func:`rewrite_rows` does to the files of one version (see there): the operation
     ``kind`` it commits, the dataset's ``schema``, the ``predicates`` it plans, the
     ``change`` of each planned file's rows, the ``extra`` rows it adds, the ``new_schema`` of
-    new values."""
+    new values, and the ``counts`` (called once the rows are known) the log entry's info
+    records (the user's info keys win, as for a compaction's counts)."""
 
     kind: type[Operation]
     schema: pa.Schema
@@ -210,6 +211,7 @@ class RowRewrite:
     change: Callable[[pa.Table], pa.Table | None]
     extra: Callable[[], pa.Table | None] | None = None
     new_schema: pa.Schema | None = None
+    counts: Callable[[], Mapping[str, int]] | None = None
 
 
 def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, rewrite: RowRewrite,
@@ -272,9 +274,10 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
             return {t.label for t in plan_read(meta, s, predicates, indices=idx,
                                                stats=load.load_stats(store, meta)).tasks}
 
+        info = {**(rewrite.counts() if rewrite.counts is not None else {}), **(options.info or {})}
         op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
                   partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
-                  metadata=plain(options.metadata), info=plain(options.info),
+                  metadata=plain(options.metadata), info=info or None,
                   read_incarnation=(origin or base).incarnation, checks_incarnation=True,
                   seen_version=base.version)
         return commit(store, dataset_uuid, op, files=files, schema=rewrite.new_schema,
@@ -393,7 +396,8 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
             rows = rows.set_column(i, rows.schema.field(i), pc.if_else(mask, value, rows.column(i).combine_chunks()))
         return rows
 
-    done = rewrite_rows(store, dataset_uuid, base, options, RowRewrite(UpdateRows, schema, predicates, change),
+    done = rewrite_rows(store, dataset_uuid, base, options,
+                        RowRewrite(UpdateRows, schema, predicates, change, counts=lambda: {"updated": updated}),
                         origin=origin)
     return UpdateResult(done.dataset, updated if done.dataset is not base else 0, done.files_read,
                         done.files_rewritten)

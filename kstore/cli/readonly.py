@@ -245,7 +245,9 @@ def _history_note(h: HistoryEntry) -> str:
         return f"merged {count(files_in, 'file')} into {files_out} ({count(h.rows_added, 'row')} rewritten)"
     if h.operation in ("delete_rows", "update", "merge"):
         kept = "kept in them" if h.operation == "delete_rows" else "in them"
-        return f"rewrote {count(len(h.removed), 'file')} into {len(h.added)} ({count(h.rows_added, 'row')} {kept})"
+        rows = ", ".join(f"{k} {h.info[k]}" for k in ("inserted", "updated", "deleted") if k in h.info)
+        return (f"{rows + ': ' if rows else ''}rewrote {count(len(h.removed), 'file')} into {len(h.added)} "
+                f"({count(h.rows_added, 'row')} {kept})")
     return ""
 
 
