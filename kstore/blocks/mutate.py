@@ -274,10 +274,10 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
             return {t.label for t in plan_read(meta, s, predicates, indices=idx,
                                                stats=load.load_stats(store, meta)).tasks}
 
-        info = {**(rewrite.counts() if rewrite.counts is not None else {}), **(options.info or {})}
+        info = plain(options.info) if rewrite.counts is None else {**rewrite.counts(), **(options.info or {})}
         op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
                   partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
-                  metadata=plain(options.metadata), info=info or None,
+                  metadata=plain(options.metadata), info=info,
                   read_incarnation=(origin or base).incarnation, checks_incarnation=True,
                   seen_version=base.version)
         return commit(store, dataset_uuid, op, files=files, schema=rewrite.new_schema,
