@@ -3,14 +3,15 @@
 Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
-    load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, restore,
-    history, diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store, WriteOptions,
+    load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, update_rows,
+    merge, restore, history, diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store,
+    WriteOptions,
     CommitOptions,
     S3Store (``S3Store.from_options(url, storage_options)``)
 
 Types for annotations: ``Store`` (the store protocol), ``StoreLike`` (what every ``store``
 argument accepts), ``Predicates``, ``AsOf``, and the results ``DatasetMetadata``,
-``ReadPlan``, ``HistoryEntry``, ``Diff``, ``GCResult``.
+``ReadPlan``, ``HistoryEntry``, ``Diff``, ``GCResult``, ``MergeResult``, ``UpdateResult``.
 """
 
 import logging as _logging
@@ -25,6 +26,8 @@ from kstore.errors import KstoreError
 if TYPE_CHECKING:
     from kstore.blocks.gc import GCResult
     from kstore.blocks.history import Diff, HistoryEntry
+    from kstore.blocks.merge import MergeResult
+    from kstore.blocks.mutate import UpdateResult
     from kstore.blocks.snapshot import Snapshot
     from kstore.core.arguments import AsOf
     from kstore.core.commit_options import CommitOptions
@@ -56,7 +59,9 @@ if TYPE_CHECKING:
         drop_indices,
         garbage_collect,
         history,
+        merge,
         restore,
+        update_rows,
         upgrade_dataset,
     )
 
@@ -73,12 +78,14 @@ __all__ = [
     "GCResult",
     "HistoryEntry",
     "KstoreError",
+    "MergeResult",
     "Predicates",
     "ReadPlan",
     "Snapshot",
     "S3Store",
     "Store",
     "StoreLike",
+    "UpdateResult",
     "WriteOptions",
     "build_indices",
     "compact",
@@ -90,6 +97,8 @@ __all__ = [
     "garbage_collect",
     "history",
     "restore",
+    "merge",
+    "update_rows",
     "upgrade_dataset",
     "index_lookup",
     "iter_dataset",
@@ -109,6 +118,8 @@ _LAZY: dict[str, str] = {
     "GCResult": "kstore.blocks.gc",
     "Diff": "kstore.blocks.history",
     "HistoryEntry": "kstore.blocks.history",
+    "MergeResult": "kstore.blocks.merge",
+    "UpdateResult": "kstore.blocks.mutate",
     "Snapshot": "kstore.blocks.snapshot",
     "AsOf": "kstore.core.arguments",
     "CommitOptions": "kstore.core.commit_options",
@@ -123,7 +134,8 @@ _LAZY: dict[str, str] = {
     "StoreLike": "kstore.io.store",
     "open_store": "kstore.io.store",
     **dict.fromkeys(("build_indices", "compact", "copy_dataset", "delete_dataset", "delete_rows", "diff",
-                     "drop_indices", "garbage_collect", "history", "restore", "upgrade_dataset"), "kstore.lifecycle"),
+                     "drop_indices", "garbage_collect", "history", "merge", "restore", "update_rows",
+                     "upgrade_dataset"), "kstore.lifecycle"),
 }
 
 #: subpackages an eager ``import kstore`` used to load as a side effect: ``kstore.eager.x`` after a

@@ -1,4 +1,4 @@
-"""Lifecycle driver: indices, row deletes, history, GC, deletion, copies, upgrades.
+"""Lifecycle driver: indices, row deletes, updates and merges, history, GC, deletion, copies, upgrades.
 
 Every mutation here goes through :func:`kstore.blocks.commit.commit`.
 
@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 from kstore.blocks import load, mutate
+from kstore.blocks import merge as _merge
 from kstore.blocks import restore as _restore
 from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.compact import (
@@ -35,6 +37,8 @@ from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
+from kstore.blocks.merge import MergeRequest, MergeResult, WhenMatched, WhenNotMatched, WhenNotMatchedBySource
+from kstore.blocks.mutate import UpdateResult
 from kstore.blocks.write import WrittenFile
 from kstore.core import naming, runtime
 from kstore.core.arguments import AsOf, as_bool, as_columns, as_count, as_timestamp, as_txn, as_version, as_workers
@@ -52,6 +56,8 @@ __all__ = [
     "build_indices",
     "drop_indices",
     "delete_rows",
+    "update_rows",
+    "merge",
     "restore",
     "history",
     "diff",
@@ -180,6 +186,132 @@ def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
     """
     return mutate.delete_rows(open_store(store), dataset_uuid, predicates, options=CommitOptions(txn=as_txn(txn)))
 
+
+
+def update_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, set: Mapping[str, Any], *,  # noqa: A002
+                txn: tuple[str, int] | None = None) -> UpdateResult:
+    """Set columns to constant values in the rows matching ``predicates`` (SQL's ``UPDATE ...
+    SET ... WHERE``): rewrite only the affected files (copy-on-write); one commit.
+
+    Each value is converted exactly to its column's type (``None`` sets nulls); setting a
+    partition column moves the rows to that partition. Conflicts as for
+    :func:`delete_rows`: another writer removing an affected file, or adding a file the
+    predicate may match, before this commits is a :class:`~kstore.errors.CommitConflictError`
+    (nothing committed).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    predicates
+        DNF ``[[(col, op, value), ...], ...]``: the rows to update (required; the forms of
+        :func:`delete_rows`).
+    set
+        ``{column: value}``: the new values.
+    txn
+        ``(app_id, version)``: a re-run after the update committed changes nothing.
+
+    Returns
+    -------
+    UpdateResult
+        ``dataset`` (the committed version, or the current one when no row matched: nothing
+        committed), ``updated`` (rows), ``files_read``, ``files_rewritten``.
+
+    Raises
+    ------
+    ColumnNotFoundError
+        A column of ``set`` (or of the predicate) is not in the dataset.
+    InvalidArgumentError
+        No predicate, or a value its column's type cannot hold (the message names both).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://ur-doc", "d", pd.DataFrame({"p": [1, 1, 2], "x": [5, 6, 7]}), partition_on="p")
+    >>> r = kstore.update_rows("memory://ur-doc", "d", [[("x", ">=", 6)]], set={"x": 0})
+    >>> r.updated, r.files_rewritten, sorted(kstore.read_dataset("memory://ur-doc", "d")["x"])
+    (2, 2, [0, 0, 5])
+    """
+    return mutate.update_rows(open_store(store), dataset_uuid, predicates, set, options=CommitOptions(txn=as_txn(txn)))
+
+
+def merge(store: StoreLike, dataset_uuid: str, source: pd.DataFrame | pa.Table, on: str | Sequence[str], *,
+          when_matched: WhenMatched = "update", when_not_matched: WhenNotMatched = "insert",
+          when_not_matched_by_source: WhenNotMatchedBySource = "ignore",
+          txn: tuple[str, int] | None = None) -> MergeResult:
+    """Upsert ``source`` by the key columns ``on`` (Delta's ``MERGE``, pyiceberg's ``upsert``,
+    Lance's ``merge_insert``); one atomic commit.
+
+    - ``when_matched``: ``"update"`` (the target rows get the source row's values, Delta's
+      ``whenMatchedUpdateAll``), ``"delete"`` or ``"ignore"``;
+    - ``when_not_matched``: ``"insert"`` the source rows whose key no target row has, or
+      ``"ignore"`` them;
+    - ``when_not_matched_by_source``: ``"delete"`` the target rows whose key the source
+      lacks (a full sync), or ``"ignore"`` them.
+
+    Only the files that may hold a source key are read: the keys become a predicate (per key
+    column an ``in`` of the distinct values, or their range beyond 10,000 of them) pruned by
+    partition values, secondary indices and statistics; each file holding a matched row is
+    rewritten once (a row whose partition column changes moves to its new partition), new
+    rows are added as new files, unaffected files stay. ``when_not_matched_by_source="delete"``
+    must read every file.
+
+    Keys compare as in SQL: a key with a null in any key column matches nothing, so such a
+    source row is inserted (with ``when_not_matched="insert"``) and such a target row is
+    "not matched by the source". A source key that occurs twice is an error (not a silent
+    choice); a target key held by several rows updates (deletes) each of them.
+
+    Conflicts: another writer removing a file this merge rewrites, or adding a file the
+    source's keys may match (by partition values, indices and statistics), before this
+    commits is a :class:`~kstore.errors.CommitConflictError` (nothing committed); appends
+    the keys cannot match commute. With ``when_not_matched_by_source="delete"`` any
+    concurrent append is a conflict.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    source
+        A pandas DataFrame or pyarrow Table with exactly the dataset's columns, converted and
+        checked as :func:`~kstore.update_dataset` converts an append (not changed).
+    on
+        The key column(s).
+    when_matched, when_not_matched, when_not_matched_by_source
+        What becomes of each kind of row (above).
+    txn
+        ``(app_id, version)``: a re-run after the merge committed changes nothing.
+
+    Returns
+    -------
+    MergeResult
+        ``dataset`` (the committed version, or the current one when nothing changed),
+        ``inserted``, ``updated``, ``deleted`` (rows), ``files_read``, ``files_rewritten``,
+        ``files_added``.
+
+    Raises
+    ------
+    SchemaMismatchError
+        The source lacks a column of the dataset, has one it does not, or a column's type
+        does not fit.
+    InvalidArgumentError
+        A key occurs twice in the source (the message shows up to 5), or a bad argument.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://mg-doc", "d", pd.DataFrame({"k": [1, 2, 3], "x": [5, 6, 7]}))
+    >>> r = kstore.merge("memory://mg-doc", "d", pd.DataFrame({"k": [3, 4], "x": [70, 8]}), on="k")
+    >>> r.inserted, r.updated, r.deleted, r.dataset.version
+    (1, 1, 0, 1)
+    >>> kstore.read_dataset("memory://mg-doc", "d").sort_values("k")["x"].tolist()
+    [5, 6, 70, 8]
+    """
+    request = MergeRequest.of(dataset_uuid, on, when_matched, when_not_matched, when_not_matched_by_source)
+    return _merge.merge(open_store(store), dataset_uuid, source, request, options=CommitOptions(txn=as_txn(txn)))
 
 def restore(store: StoreLike, dataset_uuid: str, version: int | None = None, *, as_of: AsOf = None,
             txn: tuple[str, int] | None = None) -> DatasetMetadata:

@@ -48,7 +48,7 @@ class HistoryEntry:
         When the version was committed (UTC, timezone-aware).
     operation : str
         What committed it: ``"create"``, ``"append"``, ``"overwrite"``,
-        ``"overwrite_partitions"``, ``"delete_scope"``, ``"delete_rows"``,
+        ``"overwrite_partitions"``, ``"delete_scope"``, ``"delete_rows"``, ``"update"``, ``"merge"``,
         ``"compaction"``, ``"build_indices"``, ``"drop_indices"``, ``"vacuum"``,
         ``"upgrade"``.
     added : tuple[str, ...]
@@ -56,7 +56,8 @@ class HistoryEntry:
     removed : tuple[str, ...]
         Labels of the files it removed.
     rows_added : int
-        Rows in the added files.
+        Rows in the added files (for the rewrites, ``"compaction"``, ``"delete_rows"``,
+        ``"update"`` and ``"merge"``, the rows of the rewritten files are counted too).
     writer : str
         The writing library and its version (``"kstore 0.1.0"``); ``"?"`` when unknown.
     txn : tuple[str, int] or None
@@ -66,7 +67,8 @@ class HistoryEntry:
         one more release).
     info : dict[str, Any]
         The commit's info (``CommitOptions.info``; compaction adds its file and byte counts,
-        a restore the ``restored_version``).
+        ``merge`` its ``inserted``, ``updated`` and ``deleted`` rows, ``update`` its
+        ``updated`` rows, ``restore`` the ``restored_version``).
 
     Examples
     --------

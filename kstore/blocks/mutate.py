@@ -6,12 +6,20 @@ the ONE commit (:func:`kstore.blocks.commit.commit`). What a version committed a
 
 - **build_indices**: anything; files added meanwhile are indexed at commit time.
 - **drop_indices**: anything; an index another writer builds again later is its own commit.
-- **delete_rows**: appends of files the predicate cannot match (by partition values,
-  indices and statistics). Removing an affected file, or adding one the predicate may
-  match, is a :class:`~kstore.errors.CommitConflictError`: the delete did not see those
-  rows.
+- **delete_rows**, **update_rows**: appends of files the predicate cannot match (by
+  partition values, indices and statistics). Removing an affected file, or adding one the
+  predicate may match, is a :class:`~kstore.errors.CommitConflictError`: the delete (the
+  update) did not see those rows.
+- **merge** (:mod:`kstore.blocks.merge`): appends of files its key predicate (the source's
+  key values, or their range) cannot match. Removing a rewritten file, or adding one the
+  keys may match, is a conflict: the added file may hold a key the merge inserts or
+  should have updated. With ``when_not_matched_by_source="delete"`` any added file is one.
 
-The drivers (:func:`kstore.build_indices`, :func:`kstore.delete_rows`) and
+:func:`rewrite_rows` is the one copy-on-write loop of the row operations: plan, read the
+planned files, change each file's rows, rewrite, commit once.
+
+The drivers (:func:`kstore.build_indices`, :func:`kstore.delete_rows`,
+:func:`kstore.update_rows`, :func:`kstore.merge`) and
 :class:`~kstore.blocks.snapshot.Snapshot`'s typed operations call these.
 
 Examples
@@ -32,12 +40,15 @@ Examples
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.types as pat
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit, owning_files
@@ -48,20 +59,24 @@ from kstore.core import naming
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, txn_committed
+from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, Operation, UpdateRows, txn_committed
 from kstore.core.planning import plan_read
 from kstore.core.predicates import Predicates, bind, parse, to_expression
-from kstore.core.types import read_schema
+from kstore.core.types import coerce_literal, describe, read_schema
 from kstore.errors import (
     ColumnNotFoundError,
     DatasetNotFoundError,
     InvalidArgumentError,
+    KstoreError,
+    short_repr,
 )
 from kstore.io.store import Store
 
 log = logging.getLogger("kstore.write")
 
-__all__ = ["build_indices", "drop_indices", "delete_rows", "base_version"]
+__all__ = ["build_indices", "drop_indices", "delete_rows", "update_rows", "UpdateResult", "rewrite_rows", "RowRewrite",
+           "Rewritten",
+           "on_newest", "set_values", "base_version"]
 
 
 def base_version(store: Store, dataset_uuid: str, base: DatasetMetadata | None) -> DatasetMetadata:
@@ -154,6 +169,124 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
+T = TypeVar("T")
+
+
+def on_newest(store: Store, dataset_uuid: str, base: DatasetMetadata | None, what: str,
+              run: Callable[[DatasetMetadata, DatasetMetadata | None], T]) -> T:
+    """``run(version, origin)`` on ``base`` (a snapshot: a planned file gone is a conflict),
+    or on the newest version, planned again on the newest one after
+    :class:`~kstore.blocks.planned.PlannedFileGone` (the row rewrites commute with the
+    versions that removed their planned files). ``origin`` is the version read first: plans
+    again stay on its incarnation (a dataset created since is a conflict)."""
+    first = base_version(store, dataset_uuid, base)
+    if base is not None:
+        return run(first, None)
+    return replan(lambda n: run(first if n == 0 else base_version(store, dataset_uuid, None), first), what=what)
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    """What :func:`rewrite_rows` did: the version committed (``base`` when nothing changed),
+    the files it read, the files it replaced and the files it wrote (replacements and
+    additions)."""
+
+    dataset: DatasetMetadata
+    files_read: int = 0
+    files_rewritten: int = 0
+    files_added: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RowRewrite:
+    """What :func:`rewrite_rows` does to the files of one version (see there): the operation
+    ``kind`` it commits, the dataset's ``schema``, the ``predicates`` it plans, the
+    ``change`` of each planned file's rows, the ``extra`` rows it adds, the ``new_schema`` of
+    new values, and the ``counts`` (called once the rows are known) the log entry's info
+    records (the user's info keys win, as for a compaction's counts)."""
+
+    kind: type[Operation]
+    schema: pa.Schema
+    predicates: Predicates
+    change: Callable[[pa.Table], pa.Table | None]
+    extra: Callable[[], pa.Table | None] | None = None
+    new_schema: pa.Schema | None = None
+    counts: Callable[[], Mapping[str, int]] | None = None
+
+
+def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, rewrite: RowRewrite,
+                 *, origin: DatasetMetadata | None = None) -> Rewritten:
+    """The copy-on-write loop of the row operations (delete_rows, update_rows, merge): one
+    commit of ``rewrite.kind``.
+
+    Plans ``predicates`` on ``base`` (None: every file) with the partition values, every
+    secondary index and the statistics; reads each planned file (every column, as
+    ``schema`` types them, no filter), and ``change(rows)`` says what becomes of it: None
+    leaves the file as it is, a table (possibly empty) replaces it, written with the
+    dataset's layout (partition columns, secondary indices, table), so a row whose partition
+    value changed lands in its new partition. ``extra()``, called after the last file, gives
+    rows to add as new files (a merge's inserts). ``new_schema`` is the normalized schema of
+    new values the commit merges into the dataset's (None: the schema stays).
+
+    The commit removes the replaced files and adds the written ones; its scope is the files
+    ``predicates`` may match (:class:`~kstore.core.operations.DeleteRows`' conflict rule).
+    Nothing changed: no commit, ``base`` comes back. Every file written is deleted when the
+    commit fails or does not happen (:func:`~kstore.blocks.commit.owning_files`).
+    """
+    kind, schema, predicates, change, extra = (rewrite.kind, rewrite.schema, rewrite.predicates, rewrite.change,
+                                               rewrite.extra)
+    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    indices = load.load_indices(store, base, sec, schema)  # all of them: the commit updates every one
+    plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
+    layout = FileLayout(base.partition_keys, sec, base.table)
+    order = list(base.partition_keys) + [c for c in schema.names if c not in base.partition_keys]
+    files: list[WrittenFile] = []
+    remove: list[str] = []
+
+    def write(rows: pa.Table) -> None:
+        if rows.num_rows:
+            files.extend(write_partitions(store, dataset_uuid, rows.select(order), layout))
+
+    def rewrite_and_commit() -> DatasetMetadata:
+        for task in plan.tasks:
+            with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], kind.kind):
+                full = read_task(store, plan, replace(task, residual=None), list(schema.names))
+            rows = change(full)
+            if rows is None:
+                continue
+            remove.append(task.label)
+            write(rows)
+        added = extra() if extra is not None else None
+        if added is not None:
+            write(added)
+        if not remove and not files:
+            return base
+        planned = frozenset(t.label for t in plan.tasks)
+        pred_cols = sorted({t.column for c in (plan.predicates or ()) for t in c})
+        base_v = base.version
+
+        def may_match(meta: DatasetMetadata) -> set[str]:
+            """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
+            if meta.version == base_v:
+                return set(planned)
+            s = load.load_schema(store, meta)
+            idx = load.load_indices(store, meta, [c for c in pred_cols if c in s.names], s)
+            return {t.label for t in plan_read(meta, s, predicates, indices=idx,
+                                               stats=load.load_stats(store, meta)).tasks}
+
+        info = plain(options.info) if rewrite.counts is None else {**rewrite.counts(), **(options.info or {})}
+        op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
+                  partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
+                  metadata=plain(options.metadata), info=info,
+                  read_incarnation=(origin or base).incarnation, checks_incarnation=True,
+                  seen_version=base.version)
+        return commit(store, dataset_uuid, op, files=files, schema=rewrite.new_schema,
+                      max_attempts=options.max_attempts).dataset
+
+    meta = owning_files(store, files, rewrite_and_commit)
+    return Rewritten(meta, len(plan.tasks), len(remove), len(files) if meta is not base else 0)
+
+
 def delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, *, base: DatasetMetadata | None = None,
                 options: CommitOptions | None = None) -> DatasetMetadata:
     """Delete the rows of ``base`` matching ``predicates`` (copy-on-write); one commit.
@@ -166,14 +299,9 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, *, base
     (:class:`~kstore.blocks.planned.PlannedFileGone`, nothing committed); on the newest
     version the delete plans again on the newer one (deleting rows commutes with it).
     """
-    options = options or CommitOptions()
-    first = base_version(store, dataset_uuid, base)
-    if base is not None:
-        return _delete_rows(store, dataset_uuid, predicates, first, options)
-    # plans again stay on the incarnation read first (a dataset created since is a conflict)
-    return replan(lambda n: _delete_rows(store, dataset_uuid, predicates,
-                                         first if n == 0 else base_version(store, dataset_uuid, None), options,
-                                         origin=first), what="delete_rows")
+    opts = options or CommitOptions()
+    return on_newest(store, dataset_uuid, base, "delete_rows",
+                     lambda b, origin: _delete_rows(store, dataset_uuid, predicates, b, opts, origin=origin))
 
 
 def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: DatasetMetadata,
@@ -181,53 +309,154 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: 
     if _committed_before(base, options):
         return base  # committed before: nothing to rewrite
     schema = load.load_schema(store, base)
+    expr = _row_filter(predicates, schema, dataset_uuid, "delete_rows",
+                       "use delete_dataset to delete everything")
+
+    def change(rows: pa.Table) -> pa.Table | None:
+        hit = _mask(rows, expr)
+        return rows.filter(pa.array(~hit)) if hit.any() else None
+
+    return rewrite_rows(store, dataset_uuid, base, options, RowRewrite(DeleteRows, schema, predicates, change),
+                        origin=origin).dataset
+
+
+def _row_filter(predicates: Predicates, schema: pa.Schema, dataset_uuid: str, what: str, hint: str) -> pc.Expression:
+    """The row filter of a required predicate (InvalidArgumentError without one)."""
     dnf = bind(parse(predicates), schema, dataset=dataset_uuid)
     if dnf is None:
-        raise InvalidArgumentError("delete_rows needs a predicate; use delete_dataset to delete everything")
-    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
-    indices = load.load_indices(store, base, sec, schema)  # all of them: the commit updates every one
-    plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
-    expr = to_expression(dnf, read_schema(schema))
-    data_cols = [c for c in schema.names if c not in base.partition_keys]
-    files: list[WrittenFile] = []
-    remove: list[str] = []
+        raise InvalidArgumentError(f"{what} needs a predicate; {hint}")
+    return to_expression(dnf, read_schema(schema))
 
-    def rewrite_and_commit() -> DatasetMetadata:
-        for task in plan.tasks:
-            with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], "delete_rows"):
-                full = read_task(store, plan, replace(task, residual=None), list(schema.names))
-            hit = _mask(full, expr)
-            if not hit.any():
-                continue
-            remove.append(task.label)
-            keep = full.filter(pa.array(~hit))
-            if keep.num_rows:
-                keep = keep.select(list(base.partition_keys) + data_cols)
-                files.extend(write_partitions(store, dataset_uuid, keep,
-                                              FileLayout(base.partition_keys, sec, base.table)))
-        if not remove:
-            return base
-        pred_cols = [t.column for c in dnf for t in c]
-        planned = frozenset(t.label for t in plan.tasks)
-        base_v = base.version
 
-        def may_match(meta: DatasetMetadata) -> set[str]:
-            """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
-            if meta.version == base_v:
-                return set(planned)
-            s = load.load_schema(store, meta)
-            idx = load.load_indices(store, meta, pred_cols, s)
-            return {t.label for t in plan_read(meta, s, predicates, indices=idx,
-                                               stats=load.load_stats(store, meta)).tasks}
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """What :func:`kstore.update_rows` did.
 
-        op = DeleteRows(remove=tuple(remove), read_version=base.version, table=base.table,
-                        partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
-                        metadata=plain(options.metadata), info=plain(options.info),
-                        read_incarnation=(origin or base).incarnation, checks_incarnation=True,
-                        seen_version=base.version)
-        return commit(store, dataset_uuid, op, files=files, schema=None, max_attempts=options.max_attempts).dataset
+    Attributes
+    ----------
+    dataset : DatasetMetadata
+        The committed version, or the current one when no row matched (nothing committed).
+    updated : int
+        Rows given the new values.
+    files_read : int
+        Data files read (those the predicate may match).
+    files_rewritten : int
+        Data files replaced by rewritten ones.
 
-    return owning_files(store, files, rewrite_and_commit)
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://urr-doc", "d", pd.DataFrame({"p": [1, 2], "x": [5, 6]}), partition_on="p")
+    >>> r = kstore.update_rows("memory://urr-doc", "d", [[("p", "==", 2)]], set={"x": 0})
+    >>> r.dataset.version, r.updated, r.files_read, r.files_rewritten
+    (1, 1, 1, 1)
+    """
+
+    dataset: DatasetMetadata
+    updated: int = 0
+    files_read: int = 0
+    files_rewritten: int = 0
+
+
+def update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values: Mapping[str, Any], *,
+                base: DatasetMetadata | None = None, options: CommitOptions | None = None) -> UpdateResult:
+    """Set ``values`` (column -> one value) in the rows of ``base`` matching ``predicates``
+    (copy-on-write); one commit (:class:`~kstore.core.operations.UpdateRows`).
+
+    Each value is converted exactly to its column's type (a value that does not fit is an
+    :class:`~kstore.errors.InvalidArgumentError` naming the column and the value; None sets
+    nulls). Only the files the plan keeps are read; files with a matching row are
+    rewritten, a row whose partition column is set moves to that partition. Nothing
+    matched: nothing is committed. Planned files gone: as :func:`delete_rows`.
+    """
+    opts = options or CommitOptions()
+    return on_newest(store, dataset_uuid, base, "update_rows",
+                     lambda b, origin: _update_rows(store, dataset_uuid, predicates, values, b, opts, origin=origin))
+
+
+def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values: Mapping[str, Any],
+                 base: DatasetMetadata, options: CommitOptions, *, origin: DatasetMetadata | None) -> UpdateResult:
+    schema = load.load_schema(store, base)
+    expr = _row_filter(predicates, schema, dataset_uuid, "update_rows", "to set a column everywhere, match every row "
+                       "(e.g. [[(column, 'is null')], [(column, 'is not null')]])")
+    scalars = set_values(values, schema, dataset_uuid)
+    if _committed_before(base, options):
+        return UpdateResult(base)  # committed before: nothing to rewrite
+    updated = 0
+
+    def change(rows: pa.Table) -> pa.Table | None:
+        nonlocal updated
+        hit = _mask(rows, expr)
+        if not hit.any():
+            return None
+        updated += int(hit.sum())
+        mask = pa.array(hit)
+        for name, value in scalars.items():
+            i = rows.schema.get_field_index(name)
+            rows = rows.set_column(i, rows.schema.field(i), pc.if_else(mask, value, rows.column(i).combine_chunks()))
+        return rows
+
+    done = rewrite_rows(store, dataset_uuid, base, options,
+                        RowRewrite(UpdateRows, schema, predicates, change, counts=lambda: {"updated": updated}),
+                        origin=origin)
+    return UpdateResult(done.dataset, updated if done.dataset is not base else 0, done.files_read,
+                        done.files_rewritten)
+
+
+def set_values(values: Mapping[str, Any], schema: pa.Schema, dataset_uuid: str) -> dict[str, pa.Scalar]:
+    """``values`` (column -> one value) as scalars of their columns' types, converted
+    exactly; an unknown column is a :class:`~kstore.errors.ColumnNotFoundError`, a value
+    the type cannot hold an :class:`~kstore.errors.InvalidArgumentError` naming both.
+
+    >>> set_values({"x": 3}, pa.schema([("x", pa.int8())]), "d")
+    {'x': <pyarrow.Int8Scalar: 3>}
+    >>> set_values({"x": 300}, pa.schema([("x", pa.int8())]), "d")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: dataset 'd': cannot set column 'x' (int8) to 300 (int): Value 300 too large to fit in C integer type
+    >>> set_values({"x": 1.5}, pa.schema([("x", pa.int8())]), "d")
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: dataset 'd': cannot set column 'x' (int8) to 1.5 (float): the type would hold it as 1
+    """
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r}: update_rows needs set={{column: value, ...}}, got {short_repr(values)}")
+    missing = [c for c in values if c not in schema.names]
+    if missing:
+        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: cannot set column(s) {short_repr(missing)}: no such "
+                                  f"column(s) (columns: {', '.join(schema.names)})")
+    out = {}
+    for name, value in values.items():
+        t = schema.field(name).type
+        try:
+            out[name] = _exact_scalar(value, t, name, dataset_uuid)
+        except (KstoreError, pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            detail = str(exc) if not isinstance(exc, KstoreError) else "not a value of that type"
+            raise InvalidArgumentError(
+                f"dataset {dataset_uuid!r}: cannot set column {name!r} ({describe(t)}) to {short_repr(value)} "
+                f"({type(value).__name__}): {detail}") from exc
+    return out
+
+
+def _exact_scalar(value: Any, t: pa.DataType, name: str, dataset_uuid: str) -> pa.Scalar:
+    """``value`` as a scalar of ``t``, or ValueError when that changes it (Arrow truncates
+    1.5 to an int 1, nanoseconds to microseconds, a float beyond float32 to inf; a zone
+    would be dropped)."""
+    if value is None:
+        return pa.scalar(None, type=t)
+    if pat.is_timestamp(t) and t.tz is None and getattr(value, "tzinfo", None) is not None:
+        raise ValueError("the column has no time zone; the value has one")
+    literal = coerce_literal(value, t, name, dataset_uuid)  # (a float32 column: rounded to float32)
+    out = pa.scalar(literal, type=t)
+    back = out.as_py()
+    if isinstance(literal, float) and math.isnan(literal) and isinstance(back, float) and math.isnan(back):
+        return out
+    if isinstance(back, float) and math.isinf(back) and not math.isinf(float(value)):
+        raise ValueError(f"it is beyond the range of {describe(t)}")
+    if back != literal:
+        raise ValueError(f"the type would hold it as {short_repr(back)}")
+    return out
 
 
 def _mask(table: pa.Table, expr: pc.Expression) -> np.ndarray:

@@ -235,7 +235,7 @@ def history(store: str, dataset: str, limit: int | None, as_json: bool) -> None:
 
 
 #: operations that rewrite files: the rows of the files they write are no new rows
-REWRITES = ("compaction", "delete_rows")
+REWRITES = ("compaction", "delete_rows", "update", "merge")
 
 
 def _history_note(h: HistoryEntry) -> str:
@@ -243,9 +243,11 @@ def _history_note(h: HistoryEntry) -> str:
     if h.operation == "compaction":
         files_in, files_out = h.info.get("files_in", len(h.removed)), h.info.get("files_out", len(h.added))
         return f"merged {count(files_in, 'file')} into {files_out} ({count(h.rows_added, 'row')} rewritten)"
-    if h.operation == "delete_rows":
-        return (f"rewrote {count(len(h.removed), 'file')} into {len(h.added)} "
-                f"({count(h.rows_added, 'row')} kept in them)")
+    if h.operation in ("delete_rows", "update", "merge"):
+        kept = "kept in them" if h.operation == "delete_rows" else "in them"
+        rows = ", ".join(f"{k} {h.info[k]}" for k in ("inserted", "updated", "deleted") if k in h.info)
+        return (f"{rows + ': ' if rows else ''}rewrote {count(len(h.removed), 'file')} into {len(h.added)} "
+                f"({count(h.rows_added, 'row')} {kept})")
     return ""
 
 

@@ -36,13 +36,14 @@ from kstore.errors import (
 
 __all__ = [
     "Operation", "OperationKind", "AddedFile", "next_version", "txn_committed", "Create", "Overwrite", "Append", "DeleteScope",
-    "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "Compaction", "Upgrade", "Vacuum", "Delete",
-    "Restore",
+    "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "UpdateRows", "Merge", "Compaction", "Upgrade",
+    "Vacuum", "Delete", "Restore",
 ]
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
-    "build_indices", "drop_indices", "delete_rows", "compaction", "upgrade", "vacuum", "delete", "restore",
+    "build_indices", "drop_indices", "delete_rows", "update", "merge", "compaction", "upgrade", "vacuum", "delete",
+    "restore",
 ]
 
 
@@ -321,6 +322,37 @@ class DeleteRows(Operation):
     """Files rewritten without the rows a predicate matches (``delete_rows``)."""
 
     kind: ClassVar[OperationKind] = "delete_rows"
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRows(Operation):
+    """Files rewritten with constant values set in the rows a predicate matches
+    (``update_rows``); rows whose partition column is set move to that partition's new file.
+
+    Conflict rule (that of :class:`DeleteRows`): a version committed after the one read that
+    removed a rewritten file, or added a file the predicate may match (by partition values,
+    indices and statistics), is a :class:`~kstore.errors.CommitConflictError`; appends of
+    files the predicate cannot match commute.
+    """
+
+    kind: ClassVar[OperationKind] = "update"
+
+
+@dataclass(frozen=True, slots=True)
+class Merge(Operation):
+    """An upsert by key (``merge``): the files holding matched target rows rewritten (rows
+    updated or deleted), target rows absent from the source deleted when asked, and the
+    source rows without a match added as new files, in one version.
+
+    Conflict rule: ``scope`` resolves the files the key predicate (the source's key values,
+    or their range) may match. A version committed after the one read that removed a
+    rewritten file, or added a file the keys may match (it may hold a key this merge inserts
+    or should have updated), is a :class:`~kstore.errors.CommitConflictError`; appends of
+    files the keys cannot match commute. With ``when_not_matched_by_source="delete"`` the
+    scope is every file: any added file is a conflict.
+    """
+
+    kind: ClassVar[OperationKind] = "merge"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,304 @@
+"""Upsert by key (``merge``): Delta's ``MERGE`` on kstore's copy-on-write files, one commit.
+
+The source (a DataFrame or Arrow table with the dataset's columns) is converted and checked
+as an append converts and checks its data (:func:`~kstore.blocks.write.to_arrow`,
+:func:`~kstore.blocks.write.table_schema`, :func:`~kstore.core.types.merge_schemas`). Its
+keys become a predicate (per key column an ``in`` of its distinct values, or a ``>=``/``<=``
+range beyond :data:`MAX_IN_VALUES` of them; one conjunction per partition when the keys
+include partition columns: :func:`key_predicates`) that the planner prunes with partition values,
+secondary indices and statistics: only the files that may hold a source key are read.
+:func:`~kstore.blocks.mutate.rewrite_rows` then rewrites each file holding a matched row
+once and adds the unmatched source rows as new files, in one
+:class:`~kstore.core.operations.Merge` commit.
+
+Matching is SQL's: a key with a null in any key column matches nothing (such a source row
+is inserted when ``when_not_matched="insert"``, such a target row counts as not matched by
+the source). A source key that occurs twice is an error; a target key held by several rows
+updates (deletes) each of them.
+
+Conflicts (:class:`~kstore.core.operations.Merge`): a concurrent commit that removed a file
+this merge rewrites, or added a file the key predicate may match, fails the merge with
+:class:`~kstore.errors.CommitConflictError` (nothing committed); with
+``when_not_matched_by_source="delete"`` any added file does.
+
+Examples
+--------
+>>> import pandas as pd, kstore
+>>> from kstore.io.memory import MemoryStore
+>>> st = MemoryStore()
+>>> _ = kstore.store_dataset(st, "d", pd.DataFrame({"p": [1, 1, 2], "k": [1, 2, 3], "x": [5, 6, 7]}), partition_on="p")
+>>> r = merge(st, "d", pd.DataFrame({"p": [1, 2], "k": [2, 4], "x": [60, 8]}), MergeRequest.of("d", ["k"]))
+>>> r.inserted, r.updated, r.dataset.version
+(1, 1, 1)
+>>> sorted(kstore.read_dataset(st, "d")[["k", "x"]].itertuples(index=False, name=None))
+[(1, 5), (2, 60), (3, 7), (4, 8)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kstore.blocks import load
+from kstore.blocks.mutate import RowRewrite, on_newest, rewrite_rows
+from kstore.blocks.write import table_schema, to_arrow
+from kstore.core.commit_options import CommitOptions
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.operations import Merge, txn_committed
+from kstore.core.predicates import MAX_PREDICATE_TERMS
+from kstore.core.types import merge_schemas
+from kstore.errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError, short_repr
+from kstore.io.store import Store
+
+__all__ = ["MergeResult", "MergeRequest", "merge", "key_predicates", "MAX_IN_VALUES"]
+
+#: A key column with at most this many distinct source values is planned with an ``in`` of
+#: them (partition values, index lookups and statistics prune by each value); with more, by
+#: the range of its values (statistics and partition values prune by it).
+MAX_IN_VALUES = 10_000
+
+WhenMatched = Literal["update", "delete", "ignore"]
+WhenNotMatched = Literal["insert", "ignore"]
+WhenNotMatchedBySource = Literal["delete", "ignore"]
+_CHOICES = {"when_matched": ("update", "delete", "ignore"), "when_not_matched": ("insert", "ignore"),
+            "when_not_matched_by_source": ("delete", "ignore")}
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    """What :func:`kstore.merge` did.
+
+    Attributes
+    ----------
+    dataset : DatasetMetadata
+        The committed version, or the current one when nothing changed (nothing committed).
+    inserted : int
+        Source rows added (no target row had their key).
+    updated : int
+        Target rows given their source row's values.
+    deleted : int
+        Target rows deleted (matched with ``when_matched="delete"``, or absent from the
+        source with ``when_not_matched_by_source="delete"``).
+    files_read : int
+        Data files read (those that may hold a source key; every file for
+        ``when_not_matched_by_source="delete"``).
+    files_rewritten : int
+        Data files replaced by rewritten ones.
+    files_added : int
+        Data files the commit added (the rewritten files' replacements and the inserts).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://mr-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> r = kstore.merge("memory://mr-doc", "d", pd.DataFrame({"k": [2], "x": [60]}), "k",
+    ...                  when_not_matched_by_source="delete")
+    >>> r.inserted, r.updated, r.deleted, r.files_read, r.files_rewritten, r.files_added
+    (0, 1, 1, 1, 1, 1)
+    """
+
+    dataset: DatasetMetadata
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    files_read: int = 0
+    files_rewritten: int = 0
+    files_added: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MergeRequest:
+    """What :func:`merge` is asked (validated by :meth:`of`): the key columns and what
+    becomes of matched rows, unmatched source rows and target rows the source lacks.
+
+    >>> MergeRequest.of("d", "k").keys
+    ('k',)
+    """
+
+    keys: tuple[str, ...]
+    when_matched: WhenMatched = "update"
+    when_not_matched: WhenNotMatched = "insert"
+    when_not_matched_by_source: WhenNotMatchedBySource = "ignore"
+
+    @classmethod
+    def of(cls, dataset_uuid: str, on: str | Sequence[str], when_matched: str = "update",
+           when_not_matched: str = "insert", when_not_matched_by_source: str = "ignore") -> MergeRequest:
+        """The request, or :class:`~kstore.errors.InvalidArgumentError` for a bad argument."""
+        keys = [on] if isinstance(on, str) else list(on) if isinstance(on, (list, tuple)) else None
+        if not keys or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+            raise InvalidArgumentError(
+                f"dataset {dataset_uuid!r}: merge needs on= a column name or a list of distinct column names, "
+                f"got {short_repr(on)}")
+        modes = {"when_matched": when_matched, "when_not_matched": when_not_matched,
+                 "when_not_matched_by_source": when_not_matched_by_source}
+        for name, value in modes.items():
+            if value not in _CHOICES[name]:
+                raise InvalidArgumentError(f"dataset {dataset_uuid!r}: {name} must be one of "
+                                           f"{', '.join(map(repr, _CHOICES[name]))}, got {short_repr(value)}")
+        return cls(tuple(keys), **modes)  # type: ignore[arg-type]
+
+
+def merge(store: Store, dataset_uuid: str, source: Any, request: MergeRequest, *,
+          base: DatasetMetadata | None = None, options: CommitOptions | None = None) -> MergeResult:
+    """Merge ``source`` into ``base`` (default: the newest version) as ``request`` says; one
+    commit. See the module docstring and :func:`kstore.merge`.
+
+    A planned file gone (GC after a newer version removed it): as
+    :func:`~kstore.blocks.mutate.delete_rows` (planned again on the newest version, or a
+    conflict for a snapshot's ``base``).
+    """
+    opts = options or CommitOptions()
+    table = to_arrow(source, dataset=dataset_uuid)  # (a new table: the caller's frame is not changed)
+    return on_newest(store, dataset_uuid, base, "merge",
+                     lambda b, origin: _merge(store, dataset_uuid, table, request, b, opts, origin))
+
+
+def _source(table: pa.Table, schema: pa.Schema, base: DatasetMetadata, keys: Sequence[str],
+            dataset_uuid: str) -> tuple[pa.Table, pa.Schema, pa.Schema]:
+    """The source checked against the dataset as an append is (the same columns, types that
+    fit), cast to the merged types in the dataset's column order; with the normalized schema
+    of the source (for the commit) and the merged schema."""
+    missing = [k for k in keys if k not in schema.names]
+    if missing:
+        raise ColumnNotFoundError(f"dataset {dataset_uuid!r}: merge keys {missing} are not columns of the dataset "
+                                  f"(columns: {', '.join(schema.names)})")
+    lacks = [n for n in schema.names if n not in table.column_names]
+    extra = [n for n in table.column_names if n not in schema.names]
+    if lacks or extra:
+        raise SchemaMismatchError(
+            f"dataset {dataset_uuid!r}: the merge source must have the dataset's columns; "
+            + "; ".join(([f"it lacks {lacks}"] if lacks else []) + ([f"it has {extra}, which the dataset does not"]
+                                                                     if extra else [])))
+    new_schema = table_schema(table, partition_on=base.partition_keys, secondary_indices=(), dataset=dataset_uuid)
+    merged = merge_schemas(schema, new_schema, dataset=dataset_uuid)
+    target = pa.schema([pa.field(f.name, f.type) for f in merged])
+    return table.select(target.names).cast(target), new_schema, target
+
+
+def _check_unique(src: pa.Table, keys: Sequence[str], dataset_uuid: str) -> None:
+    """Duplicate (non-null) keys in the source: an error naming up to 5 of them."""
+    valid = src.select(keys).filter(_complete(src, keys))
+    counts = valid.group_by(list(keys)).aggregate([([], "count_all")])
+    dupes = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if dupes.num_rows:
+        shown = [tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]] for r in dupes.slice(0, 5).to_pylist()]
+        raise InvalidArgumentError(
+            f"dataset {dataset_uuid!r}: the merge source holds {dupes.num_rows} key(s) of {list(keys)} more than once, "
+            f"e.g. {short_repr(shown)}; a merge needs one source row per key (deduplicate the source first)")
+
+
+def _complete(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Rows with no null in any key column (only those can match)."""
+    mask = pa.array(np.ones(table.num_rows, dtype=bool))
+    for k in keys:
+        mask = pc.and_(mask, pc.is_valid(table.column(k)))
+    return mask
+
+
+def key_predicates(src: pa.Table, keys: Sequence[str], partition_keys: Sequence[str] = (), *,
+                   max_in: int = MAX_IN_VALUES) -> list[list[tuple[str, str, Any]]]:
+    """A predicate every row holding a (complete) key of ``src`` matches: per key column an
+    ``in`` of its distinct values, or its ``>=``/``<=`` range beyond ``max_in`` of them. Keys
+    that include partition columns get one conjunction per partition (its values ``==``,
+    the other key columns' values in that partition), while that stays within
+    :data:`~kstore.core.predicates.MAX_PREDICATE_TERMS`. No complete key: a predicate
+    nothing matches.
+
+    >>> key_predicates(pa.table({"k": [3, 1, 3, None]}), ["k"])
+    [[('k', 'in', [3, 1])]]
+    >>> key_predicates(pa.table({"k": [3, 1, 2]}), ["k"], max_in=2)
+    [[('k', '>=', 1), ('k', '<=', 3)]]
+    >>> key_predicates(pa.table({"p": ["a", "b", "a"], "k": [1, 2, 3]}), ["p", "k"], ["p"])
+    [[('p', '==', 'a'), ('k', 'in', [1, 3])], [('p', '==', 'b'), ('k', 'in', [2])]]
+    """
+    valid = src.select(keys).filter(_complete(src, keys))
+    if valid.num_rows == 0:
+        return [[(keys[0], "in", [])]]
+    parts = [k for k in keys if k in partition_keys]
+    rest = [k for k in keys if k not in partition_keys]
+    if parts and rest:
+        groups = valid.group_by(parts).aggregate([([], "count_all")]).drop_columns(["count_all"])
+        if groups.num_rows * len(keys) <= MAX_PREDICATE_TERMS // 2:  # (a range takes two terms)
+            out = []
+            for values in groups.to_pylist():
+                mask = pa.array(np.ones(valid.num_rows, dtype=bool))
+                for k in parts:
+                    mask = pc.and_(mask, pc.equal(valid.column(k), pa.scalar(values[k], valid.schema.field(k).type)))
+                out.append([(k, "==", values[k]) for k in parts] + _value_terms(valid.filter(mask), rest, max_in))
+            return out
+    return [_value_terms(valid, keys, max_in)]
+
+
+def _value_terms(valid: pa.Table, keys: Sequence[str], max_in: int) -> list[tuple[str, str, Any]]:
+    terms: list[tuple[str, str, Any]] = []
+    for k in keys:
+        distinct = pc.unique(valid.column(k))
+        if len(distinct) <= max_in:
+            terms.append((k, "in", distinct.to_pylist()))
+        else:
+            bounds = pc.min_max(distinct)
+            terms += [(k, ">=", bounds["min"].as_py()), (k, "<=", bounds["max"].as_py())]
+    return terms
+
+
+def _pairs(rows: pa.Table, src: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(target row, source row) positions of equal complete keys (a null matches nothing)."""
+    left = rows.select(keys).append_column("__t", pa.array(np.arange(rows.num_rows)))
+    right = src.select(keys).append_column("__s", pa.array(np.arange(src.num_rows)))
+    joined = left.join(right, keys=list(keys), join_type="inner", use_threads=False)
+    return (joined.column("__t").to_numpy().astype(np.int64, copy=False),
+            joined.column("__s").to_numpy().astype(np.int64, copy=False))
+
+
+def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest, base: DatasetMetadata,
+           options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
+    keys = list(request.keys)
+    schema = load.load_schema(store, base)
+    src, new_schema, target = _source(table, schema, base, keys, dataset_uuid)
+    _check_unique(src, keys, dataset_uuid)
+    if txn_committed(base, options.txn):
+        return MergeResult(base)  # committed before: nothing to do
+    by_source = request.when_not_matched_by_source == "delete"
+    predicates = None if by_source else key_predicates(src, keys, base.partition_keys)  # by source: every file
+    matched = np.zeros(src.num_rows, dtype=bool)
+    counts = {"inserted": 0, "updated": 0, "deleted": 0}
+
+    def change(rows: pa.Table) -> pa.Table | None:
+        rows = rows.cast(target)
+        t_idx, s_idx = _pairs(rows, src, keys)
+        matched[s_idx] = True
+        hit = np.zeros(rows.num_rows, dtype=bool)
+        hit[t_idx] = True
+        gone = rows.num_rows - len(t_idx) if by_source else 0  # target rows the source lacks
+        if gone == 0 and (len(t_idx) == 0 or request.when_matched == "ignore"):
+            return None  # the file stays as it is
+        counts["deleted"] += gone
+        parts = [] if by_source else [rows.filter(pa.array(~hit))]
+        if request.when_matched == "update":
+            parts.append(src.take(pa.array(s_idx)))
+            counts["updated"] += len(t_idx)
+        elif request.when_matched == "delete":
+            counts["deleted"] += len(t_idx)
+        else:
+            parts.append(rows.filter(pa.array(hit)))
+        return pa.concat_tables(parts) if parts else rows.slice(0, 0)
+
+    def extra() -> pa.Table | None:
+        if request.when_not_matched != "insert":
+            return None
+        new = src.filter(pa.array(~matched))
+        counts["inserted"] = new.num_rows
+        return new
+
+    done = rewrite_rows(store, dataset_uuid, base, options,
+                        RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema,
+                                   counts=lambda: dict(counts)), origin=origin)
+    if done.dataset is base:
+        return MergeResult(base, files_read=done.files_read)
+    return MergeResult(done.dataset, counts["inserted"], counts["updated"], counts["deleted"], done.files_read,
+                       done.files_rewritten, done.files_added)
