@@ -36,6 +36,7 @@ Examples
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -247,7 +248,14 @@ def _value_terms(valid: pa.Table, keys: Sequence[str], max_in: int) -> list[tupl
 
 
 def _pairs(rows: pa.Table, src: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(target row, source row) positions of equal complete keys (a null matches nothing)."""
+    """(target row, source row) positions of equal complete keys (a null matches nothing;
+    NaN matches NaN, as in the join). One key column: a hash lookup of the (unique) source
+    keys; several: a hash join."""
+    if len(keys) == 1:
+        pos = pc.index_in(rows.column(keys[0]), value_set=src.column(keys[0]), skip_nulls=True)
+        pos = pos.combine_chunks() if isinstance(pos, pa.ChunkedArray) else pos
+        t_idx = np.flatnonzero(pos.is_valid().to_numpy(zero_copy_only=False))
+        return t_idx.astype(np.int64, copy=False), pos.drop_null().to_numpy().astype(np.int64, copy=False)
     left = rows.select(keys).append_column("__t", pa.array(np.arange(rows.num_rows)))
     right = src.select(keys).append_column("__s", pa.array(np.arange(src.num_rows)))
     joined = left.join(right, keys=list(keys), join_type="inner", use_threads=False)
@@ -268,24 +276,26 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeReque
     matched = np.zeros(src.num_rows, dtype=bool)
     counts = {"inserted": 0, "updated": 0, "deleted": 0}
 
-    def change(rows: pa.Table) -> pa.Table | None:
+    lock = threading.Lock()
+
+    def change(rows: pa.Table) -> pa.Table | None:  # (in several threads at once, one file each)
         rows = rows.cast(target)
         t_idx, s_idx = _pairs(rows, src, keys)
-        matched[s_idx] = True
+        with lock:
+            matched[s_idx] = True
         hit = np.zeros(rows.num_rows, dtype=bool)
         hit[t_idx] = True
         gone = rows.num_rows - len(t_idx) if by_source else 0  # target rows the source lacks
         if gone == 0 and (len(t_idx) == 0 or request.when_matched == "ignore"):
             return None  # the file stays as it is
-        counts["deleted"] += gone
         parts = [] if by_source else [rows.filter(pa.array(~hit))]
         if request.when_matched == "update":
             parts.append(src.take(pa.array(s_idx)))
-            counts["updated"] += len(t_idx)
-        elif request.when_matched == "delete":
-            counts["deleted"] += len(t_idx)
-        else:
+        elif request.when_matched == "ignore":
             parts.append(rows.filter(pa.array(hit)))
+        with lock:
+            counts["deleted"] += gone + (len(t_idx) if request.when_matched == "delete" else 0)
+            counts["updated"] += len(t_idx) if request.when_matched == "update" else 0
         return pa.concat_tables(parts) if parts else rows.slice(0, 0)
 
     def extra() -> pa.Table | None:

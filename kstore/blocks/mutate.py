@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -55,12 +56,12 @@ from kstore.blocks.commit import commit, owning_files
 from kstore.blocks.planned import reading_planned, replan
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import FileLayout, WrittenFile, write_partitions
-from kstore.core import naming
+from kstore.core import naming, runtime
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, Operation, UpdateRows, txn_committed
-from kstore.core.planning import plan_read
+from kstore.core.planning import ReadTask, plan_read
 from kstore.core.predicates import Predicates, bind, parse, to_expression
 from kstore.core.types import coerce_literal, describe, read_schema
 from kstore.errors import (
@@ -224,7 +225,9 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
     ``schema`` types them, no filter), and ``change(rows)`` says what becomes of it: None
     leaves the file as it is, a table (possibly empty) replaces it, written with the
     dataset's layout (partition columns, secondary indices, table), so a row whose partition
-    value changed lands in its new partition. ``extra()``, called after the last file, gives
+    value changed lands in its new partition. ``change`` runs for several files at once, in
+    threads (it must be thread-safe); the commit lists the files in plan order, whatever
+    order they finished in. ``extra()``, called after the last file, gives
     rows to add as new files (a merge's inserts). ``new_schema`` is the normalized schema of
     new values the commit merges into the dataset's (None: the schema stays).
 
@@ -240,22 +243,34 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
     plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
     layout = FileLayout(base.partition_keys, sec, base.table)
     order = list(base.partition_keys) + [c for c in schema.names if c not in base.partition_keys]
-    files: list[WrittenFile] = []
+    files: list[WrittenFile] = []  # every file written so far (owning_files deletes them on failure)
     remove: list[str] = []
+    lock = threading.Lock()
+    replaced: dict[int, tuple[str, list[WrittenFile]]] = {}
 
-    def write(rows: pa.Table) -> None:
-        if rows.num_rows:
-            files.extend(write_partitions(store, dataset_uuid, rows.select(order), layout))
+    def write(rows: pa.Table) -> list[WrittenFile]:
+        out = write_partitions(store, dataset_uuid, rows.select(order), layout) if rows.num_rows else []
+        with lock:
+            files.extend(out)
+        return out
+
+    def one(numbered: tuple[int, ReadTask]) -> None:
+        """Read, change and rewrite one planned file (several at once: Arrow's reads, kernels
+        and Parquet encoding release the GIL; at most one file per thread in memory)."""
+        i, task = numbered
+        with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], kind.kind):
+            full = read_task(store, plan, replace(task, residual=None), list(schema.names))
+        rows = change(full)
+        if rows is not None:
+            out = write(rows)
+            with lock:
+                replaced[i] = (task.label, out)
 
     def rewrite_and_commit() -> DatasetMetadata:
-        for task in plan.tasks:
-            with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], kind.kind):
-                full = read_task(store, plan, replace(task, residual=None), list(schema.names))
-            rows = change(full)
-            if rows is None:
-                continue
-            remove.append(task.label)
-            write(rows)
+        runtime.parallel_map(one, list(enumerate(plan.tasks)), cpu_bound=True)
+        # in plan order, whatever order the threads finished in
+        remove.extend(replaced[i][0] for i in sorted(replaced))
+        files[:] = [f for i in sorted(replaced) for f in replaced[i][1]]
         added = extra() if extra is not None else None
         if added is not None:
             write(added)
@@ -383,13 +398,15 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
     if _committed_before(base, options):
         return UpdateResult(base)  # committed before: nothing to rewrite
     updated = 0
+    lock = threading.Lock()
 
-    def change(rows: pa.Table) -> pa.Table | None:
+    def change(rows: pa.Table) -> pa.Table | None:  # (in several threads at once)
         nonlocal updated
         hit = _mask(rows, expr)
         if not hit.any():
             return None
-        updated += int(hit.sum())
+        with lock:
+            updated += int(hit.sum())
         mask = pa.array(hit)
         for name, value in scalars.items():
             i = rows.schema.get_field_index(name)

@@ -143,6 +143,10 @@ class Config:
     #: chance that a writer's operation (not its first) is a ``kstore.restore`` of the version
     #: 1-3 back from the newest it sees (its own random stream: the other draws stay as they were)
     restore_rate: float = 0.0
+    #: chance that a writer's operation (not its first) is a ``kstore.merge`` by ``rid`` (rows
+    #: of ids planned before, some moved to another partition, and new rows) or an
+    #: ``update_rows`` of the rows with one ``x`` (their own random stream too)
+    upsert_rate: float = 0.0
 
 
 #: one setting per fault kind of issue #29 (``python -m tests.simulation.run --mode <kind>``,
@@ -158,6 +162,9 @@ FAULT_KINDS: dict[str, Config] = {
     # (not a fault: restores, which bring back files of older versions, beside GC runs of
     # every retention; #33)
     "restores": Config(restore_rate=0.4, gc_runs=6, ops_per_writer=4),
+    # (not a fault: upserts and updates by predicate beside every other writer, compaction and
+    # GC; their conflict rules keep the model's row ids unique and every version exact; #33)
+    "row-changes": Config(upsert_rate=0.5, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
 }
 
 
@@ -199,6 +206,7 @@ class Stats:
     committed: Counter = field(default_factory=Counter)  # versions by operation kind
     kinds: Counter = field(default_factory=Counter)  # schedules by fault kind drawn (mixed)
     restores: int = 0  # kstore.restore calls started (restores mode)
+    row_changes: int = 0  # kstore.merge and update_rows calls started (row-changes mode)
 
 
 # ---------------------------------------------------------------------------------------
@@ -695,6 +703,7 @@ Rows = frozenset  # of (rid, p, x)
 class Op:
     kind: str  # create | append | overwrite | delete_scope | delete_rows | build_indices | drop_indices | compact
     #          | restore (x: how many versions back from the newest it sees)
+    #          | merge (rows: upserted by rid) | update (rows with x get (x + 1) % 6, and p = partition if set)
     tag: tuple[str, int]
     rows: tuple[tuple[int, str, int], ...] = ()
     partition: str | None = None
@@ -715,6 +724,12 @@ class Op:
             return frozenset(r for r in base if r[1] != self.partition)
         if self.kind == "delete_rows":
             return frozenset(r for r in base if r[2] != self.x)
+        if self.kind == "merge":
+            keys = {r[0] for r in self.rows}
+            return frozenset(r for r in base if r[0] not in keys) | frozenset(self.rows)
+        if self.kind == "update":
+            new_x = (self.x + 1) % 6 if self.x is not None else None
+            return frozenset((rid, self.partition or p, new_x) if x == self.x else (rid, p, x) for rid, p, x in base)
         return base
 
 
@@ -1087,6 +1102,8 @@ class Simulation:
         # its own stream: the operations each seed plans stay what they were before
         self.snap_rng = random.Random(seed * 13 + 7)
         self.restore_rng = random.Random(seed * 17 + 3)  # (its own stream: the other draws stay as they were)
+        self.upsert_rng = random.Random(seed * 19 + 11)  # (the same)
+        self.settled_rids = 0  # row ids 1..settled_rids were written before the writers started
         self.outcomes: list[Outcome] = []
         self.errors: list[str] = []
         self.gc_retentions: list[timedelta] = []
@@ -1141,7 +1158,10 @@ class Simulation:
             if (op.kind != "create" and j > 0 and self.config.restore_rate
                     and self.restore_rng.random() < self.config.restore_rate):  # (after the writer's first operation)
                 op = Op("restore", tag, x=self.restore_rng.randint(1, 3))
-            if op.kind not in ("create", "restore") and self.snap_rng.random() < self.config.snapshot_rate:
+            elif (op.kind != "create" and j > 0 and self.config.upsert_rate
+                    and self.upsert_rng.random() < self.config.upsert_rate):
+                op = self._row_change(tag)
+            if op.kind not in ("create", "restore", "merge", "update") and self.snap_rng.random() < self.config.snapshot_rate:
                 op = replace(op, snapshot=True)
                 if self.config.recreate_cycles and self.stale_rng.random() < self.config.stale_rate:
                     op = replace(op, stale=True)
@@ -1149,6 +1169,22 @@ class Simulation:
             ops.append((op, retries))
             self.observer.ops[tag] = op
         return ops
+
+    def _row_change(self, tag: tuple[str, int]) -> Op:
+        """A merge (ids planned before, in any partition, with new x values, and 1-2 new rows)
+        or an update of the rows with one x (moving them to another partition half the time)."""
+        rng = self.upsert_rng
+        if rng.random() < 0.6:
+            # ids of the rows written before the writers start: no other operation adds them
+            # again (a planned append's ids may land after the merge inserted them)
+            old = rng.sample(range(1, self.settled_rids + 1), min(self.settled_rids, rng.randint(1, 3)))
+            rows = tuple((rid, rng.choice(PARTITIONS), rng.randrange(6)) for rid in sorted(old))
+            fresh = []
+            for _ in range(rng.randint(1, 2)):
+                self.next_rid += 1  # (as _rows: the newest id given out)
+                fresh.append((self.next_rid, rng.choice(PARTITIONS), rng.randrange(6)))
+            return Op("merge", tag, rows=rows + tuple(fresh))
+        return Op("update", tag, x=rng.randrange(6), partition=rng.choice([None, *PARTITIONS]))
 
     def _plan_compactor(self) -> list[tuple[Op, int]]:
         """The compactor's operations (its own random stream: the writers' plans stay as
@@ -1179,6 +1215,15 @@ class Simulation:
             return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         if op.kind == "drop_indices":
             return kstore.drop_indices(st, UUID, ["x"], txn=op.tag)
+        if op.kind == "merge":
+            self.stats.row_changes += 1
+            return kstore.merge(st, UUID, frame(op.rows), on="rid", txn=op.tag).dataset
+        if op.kind == "update":
+            self.stats.row_changes += 1
+            values: dict[str, Any] = {"x": (op.x + 1) % 6 if op.x is not None else None}
+            if op.partition is not None:
+                values["p"] = op.partition
+            return kstore.update_rows(st, UUID, [[("x", "==", op.x)]], set=values, txn=op.tag).dataset
         if op.kind == "restore":
             self.stats.restores += 1
             newest = kstore.load_metadata(st, UUID).version or 0
@@ -1410,6 +1455,7 @@ class Simulation:
         with runtime.installed(self.clock):
             if not self.config.create_concurrently:
                 init = Op("create", ("init", 1), rows=self._rows(4))
+                self.settled_rids = self.next_rid
                 self.observer.ops[init.tag] = init
                 # two chunks: two files in some partitions, so the compactor has work from the start
                 kstore.store_dataset(self.raw, UUID, iter([frame(init.rows[:2]), frame(init.rows[2:])]),
@@ -1553,4 +1599,4 @@ class Simulation:
 
 def _noop(op: Op, obs: Observer) -> bool:
     """Operations that may legitimately commit nothing (a delete that matched no row)."""
-    return op.kind in ("delete_scope", "delete_rows", "compact")
+    return op.kind in ("delete_scope", "delete_rows", "compact", "update")

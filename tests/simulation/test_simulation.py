@@ -12,8 +12,9 @@ time, a violation is found within the first few seeds.
 The fault kinds of issue #29 (clock offsets per actor, pauses after a check, held
 conditional creates, delete + re-create under stale snapshots, damaged derived files) are
 mixed into 1,800 of the 2,000 (each schedule draws which kinds it adds: ``Config.mix_fault_kinds``),
-and each runs alone in ``test_fault_kind``: 490 schedules in CI (``_CI_FAULT_BUDGET``; the ``restores`` mode of
-#33, kstore.restore beside GC runs, is one of them though it is no fault), or N per kind with
+and each runs alone in ``test_fault_kind``: 550 schedules in CI (``_CI_FAULT_BUDGET``; the ``restores`` and
+``row-changes`` modes of #33, restores, merges and updates beside every other writer and GC, are two of them though
+they are no faults), or N per kind with
 ``KSTORE_SIM_FAULT_SCHEDULES=N`` (``KSTORE_SIM_FAULT_KINDS=clock-skew,held-creates`` picks
 kinds). On the code before the fixes of #29 each kind finds violations within 100 schedules. ``test_fault_kinds_replay`` always
 runs: each kind fires and a seed replays exactly, violations included.
@@ -125,10 +126,10 @@ def test_a_seed_replays_exactly():
 _FAULT_N = os.environ.get("KSTORE_SIM_FAULT_SCHEDULES")
 _FAULT_PICK = {k.strip() for k in os.environ.get("KSTORE_SIM_FAULT_KINDS", "").split(",") if k.strip()}
 #: fault kind -> schedules (memory store) in CI, each kind alone and heavier (more GC runs
-#: and operations) than in the mixed modes: 490 beside the 2,000 of the other modes (pauses
+#: and operations) than in the mixed modes: 550 beside the 2,000 of the other modes (pauses
 #: run ~8 times as long as the others); KSTORE_SIM_FAULT_SCHEDULES=N runs N of each instead
 _CI_FAULT_BUDGET = {"clock-skew": 100, "pauses": 30, "held-creates": 100, "recreate": 100, "damaged-derived": 100,
-                    "restores": 60}
+                    "restores": 60, "row-changes": 60}
 FAULT_BUDGET = {kind: int(_FAULT_N) if _FAULT_N else _CI_FAULT_BUDGET.get(kind, 100)
                 for kind in FAULT_KINDS if not _FAULT_PICK or kind in _FAULT_PICK}
 #: each kind's seeds (other than the other modes')
@@ -146,6 +147,7 @@ def _fired(kind: str, stats: list[Stats]) -> bool:
         "recreate": committed["delete"] > 0 and faults["stale-wait"] > 0,
         "damaged-derived": faults["damage"] > 0,
         "restores": sum(s.restores for s in stats) > 0,
+        "row-changes": sum(s.row_changes for s in stats) > 0,
     }[kind]
 
 
@@ -168,6 +170,8 @@ def test_fault_kind(kind, start):
     assert len(stats) == n and _fired(kind, stats)
     if kind == "restores":  # and some committed, beside GC runs
         assert sum(s.committed["restore"] for s in stats) > 0
+    if kind == "row-changes":
+        assert sum(s.committed["merge"] for s in stats) > 0 and sum(s.committed["update"] for s in stats) > 0
     assert sum(s.outcomes["acked"] for s in stats) > n
 
 
@@ -274,3 +278,23 @@ def test_the_simulation_catches_a_restore_that_ignores_gc(monkeypatch):
     with pytest.raises(Violation, match=r"deleted by gc, but retained version"):
         for seed in range(2_500_110, 2_500_120):
             Simulation(seed, MemoryStore, FAULT_KINDS["restores"]).run()
+
+
+@pytest.mark.parametrize(("kind", "seeds"), [("merge", range(2_700_000, 2_700_010)),
+                                             ("update", range(2_700_060, 2_700_070))])
+def test_the_simulation_catches_a_merge_or_update_without_its_conflict_scope(monkeypatch, kind, seeds):
+    """Merges and updates (#33) commit without their scope check: a merge inserts a key a
+    concurrent commit added (a row read twice), an update misses rows a concurrent commit
+    added with the matching value (the wrong rows)."""
+    from dataclasses import replace
+
+    import kstore.blocks.mutate as mutate
+    from kstore.core.operations import Merge, UpdateRows
+
+    broken = {"merge": Merge, "update": UpdateRows}[kind]
+    real = mutate.commit
+    monkeypatch.setattr(mutate, "commit", lambda st, uuid, op, **kw: real(
+        st, uuid, replace(op, scope=None) if isinstance(op, broken) else op, **kw))
+    with pytest.raises(Violation, match=r"reads rows twice|holds the wrong rows"):
+        for seed in seeds:
+            Simulation(seed, MemoryStore, FAULT_KINDS["row-changes"]).run()
