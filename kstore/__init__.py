@@ -4,7 +4,7 @@ Public API (engines live in :mod:`kstore.dask` and :mod:`kstore.spark`)::
 
     open_dataset, store_dataset, update_dataset, read_dataset, read_table, iter_dataset, plan_read,
     load_metadata, read_schema, index_lookup, build_indices, drop_indices, compact, delete_rows, update_rows,
-    merge, restore, history, diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store,
+    merge, restore, read_changes, history, diff, garbage_collect, delete_dataset, copy_dataset, upgrade_dataset, open_store,
     WriteOptions,
     CommitOptions,
     S3Store (``S3Store.from_options(url, storage_options)``)
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         garbage_collect,
         history,
         merge,
+        read_changes,
         restore,
         update_rows,
         upgrade_dataset,
@@ -97,6 +98,7 @@ __all__ = [
     "garbage_collect",
     "history",
     "restore",
+    "read_changes",
     "merge",
     "update_rows",
     "upgrade_dataset",
@@ -134,7 +136,7 @@ _LAZY: dict[str, str] = {
     "StoreLike": "kstore.io.store",
     "open_store": "kstore.io.store",
     **dict.fromkeys(("build_indices", "compact", "copy_dataset", "delete_dataset", "delete_rows", "diff",
-                     "drop_indices", "garbage_collect", "history", "merge", "restore", "update_rows",
+                     "drop_indices", "garbage_collect", "history", "merge", "read_changes", "restore", "update_rows",
                      "upgrade_dataset"), "kstore.lifecycle"),
 }
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+from kstore.blocks import changes as _changes
 from kstore.blocks import load, mutate
 from kstore.blocks import merge as _merge
 from kstore.blocks import restore as _restore
@@ -59,6 +60,7 @@ __all__ = [
     "update_rows",
     "merge",
     "restore",
+    "read_changes",
     "history",
     "diff",
     "resolve_version",
@@ -370,6 +372,78 @@ def restore(store: StoreLike, dataset_uuid: str, version: int | None = None, *, 
     target = resolve_version(st, dataset_uuid, version=version, as_of=as_of)
     assert target is not None
     return _restore.restore(st, dataset_uuid, target, options=CommitOptions(txn=as_txn(txn)))
+
+
+@overload
+def read_changes(store: StoreLike, dataset_uuid: str, start_version: int, end_version: int | None = None, *,
+                 as_arrow: Literal[False] = False) -> pd.DataFrame: ...
+
+
+@overload
+def read_changes(store: StoreLike, dataset_uuid: str, start_version: int, end_version: int | None = None, *,
+                 as_arrow: Literal[True]) -> pa.Table: ...
+
+
+def read_changes(store: StoreLike, dataset_uuid: str, start_version: int, end_version: int | None = None, *,
+                 as_arrow: bool = False) -> pd.DataFrame | pa.Table:
+    """The rows each version inserted, deleted and updated (a change feed, like Delta's change
+    data feed and Iceberg's incremental scans), for incremental pipelines.
+
+    Every row carries ``_change_type`` (``insert``, ``delete``, ``update_preimage``,
+    ``update_postimage``), ``_commit_version`` and ``_commit_timestamp``; an update's two
+    images follow each other. Appends and creates insert, partition deletes delete,
+    overwrites delete the replaced rows and insert the new ones, :func:`delete_rows` deletes,
+    :func:`update_rows` and :func:`merge` update (pairs found by the columns an update did not
+    set, by a merge's keys), insert and delete, :func:`restore` deletes and inserts what
+    differs, and compactions, index builds and garbage collection change nothing. The
+    changes are derived from the log and the files the versions reference (nothing extra is
+    written at commit time), so they are there for every version garbage collection retains.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    start_version
+        The first version whose changes are read (Delta's ``startingVersion``: inclusive).
+    end_version
+        The last one (inclusive; None: the newest).
+    as_arrow
+        Return a ``pyarrow.Table`` instead of a pandas DataFrame.
+
+    Returns
+    -------
+    pandas.DataFrame or pyarrow.Table
+        The change rows, oldest version first.
+
+    Raises
+    ------
+    VersionNotFoundError
+        A version of the range, or the one before it (changes are computed against it), was
+        expired by :func:`garbage_collect`; or a version of the range deleted the dataset.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://changes-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> _ = kstore.merge("memory://changes-doc", "d", pd.DataFrame({"k": [2, 3], "x": [60, 7]}), "k")
+    >>> kstore.read_changes("memory://changes-doc", "d", 1)[["k", "x", "_change_type", "_commit_version"]]
+       k   x      _change_type  _commit_version
+    0  2   6   update_preimage                1
+    1  2  60  update_postimage                1
+    2  3   7            insert                1
+    """
+    from kstore.blocks.read import to_pandas
+
+    st = open_store(store)
+    table = _changes.read_changes(st, dataset_uuid, as_count(start_version, "start_version", minimum=0),
+                                  None if end_version is None else as_count(end_version, "end_version", minimum=0))
+    if as_bool(as_arrow, "as_arrow"):
+        return table
+    newest = load.load_latest(st, dataset_uuid)[0]
+    metadata = load.load_schema(st, newest).metadata if newest is not None else None
+    return to_pandas(table, table.schema.with_metadata(metadata), index=False)  # (its nullable dtypes)
 
 
 def compact(

@@ -307,7 +307,8 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeReque
 
     done = rewrite_rows(store, dataset_uuid, base, options,
                         RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema,
-                                   counts=lambda: dict(counts)), origin=origin)
+                                   # (the keys: read_changes pairs each updated row's images by them)
+                                   counts=lambda: {**counts, "on": keys}), origin=origin)
     if done.dataset is base:
         return MergeResult(base, files_read=done.files_read)
     return MergeResult(done.dataset, counts["inserted"], counts["updated"], counts["deleted"], done.files_read,

@@ -212,7 +212,7 @@ class RowRewrite:
     change: Callable[[pa.Table], pa.Table | None]
     extra: Callable[[], pa.Table | None] | None = None
     new_schema: pa.Schema | None = None
-    counts: Callable[[], Mapping[str, int]] | None = None
+    counts: Callable[[], Mapping[str, Any]] | None = None
 
 
 def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, rewrite: RowRewrite,
@@ -414,7 +414,9 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
         return rows
 
     done = rewrite_rows(store, dataset_uuid, base, options,
-                        RowRewrite(UpdateRows, schema, predicates, change, counts=lambda: {"updated": updated}),
+                        RowRewrite(UpdateRows, schema, predicates, change,
+                                   # (the columns set: read_changes pairs each row's images by the others)
+                                   counts=lambda: {"updated": updated, "set_columns": sorted(scalars)}),
                         origin=origin)
     return UpdateResult(done.dataset, updated if done.dataset is not base else 0, done.files_read,
                         done.files_rewritten)

@@ -329,11 +329,11 @@ def test_a_txn_rerun_changes_nothing_and_history_shows_the_merge():
     assert len(kstore.read_dataset(store, UUID)) == 5
     h = kstore.history(store, UUID)[-1]
     assert (h.operation, len(h.added), len(h.removed), h.rows_added) == ("merge", 1, 0, 1)
-    assert h.info == {"inserted": 1, "updated": 0, "deleted": 0}
+    assert h.info == {"inserted": 1, "updated": 0, "deleted": 0, "on": ["id"]}
     r3 = kstore.merge(store, UUID, pd.DataFrame({"region": ["us"], "id": [5], "v": [51]}), "id")
     h = kstore.history(store, UUID)[-1]
     assert (h.operation, len(h.removed), r3.updated) == ("merge", 1, 1)
-    assert h.info == {"inserted": 0, "updated": 1, "deleted": 0}
+    assert h.info == {"inserted": 0, "updated": 1, "deleted": 0, "on": ["id"]}
     assert _history_note(h) == "inserted 0, updated 1, deleted 0: rewrote 1 file into 1 (1 row in them)"
     assert sorted(kstore.read_dataset(store, UUID, version=1)["v"]) == [10, 20, 30, 40, 50]
     assert sorted(kstore.read_dataset(store, UUID, version=0)["v"]) == [10, 20, 30, 40]

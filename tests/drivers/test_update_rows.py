@@ -143,7 +143,7 @@ def test_no_match_commits_nothing_and_a_txn_rerun_changes_nothing():
     r2 = kstore.update_rows(store, UUID, [[("v", ">=", 10)]], set={"v": 0}, txn=("job", 3))
     assert r1.updated == 3 and r2.dataset.version == r1.dataset.version == 1 and r2.updated == 0
     h = kstore.history(store, UUID)[-1]
-    assert (h.operation, h.info, h.txn) == ("update", {"updated": 3}, ("job", 3))
+    assert (h.operation, h.info, h.txn) == ("update", {"updated": 3, "set_columns": ["v"]}, ("job", 3))
     assert kstore.read_dataset(store, UUID)["v"].isna().sum() == 3
 
 

@@ -1,0 +1,274 @@
+"""The change feed: which rows each version inserted, deleted and updated (Delta's change
+data feed, Iceberg's incremental scans), derived from the log and the files the versions
+reference: no extra file is written at commit time, and every retained version of any kstore
+dataset has its changes.
+
+For version ``v`` (its log entry, its state and the state of ``v - 1``):
+
+- ``create``, ``append``: the rows of the files it added are ``insert``;
+- ``delete_scope``: the rows of the files it removed are ``delete``;
+- ``overwrite``, ``overwrite_partitions``: the removed files' rows ``delete``, the added
+  files' rows ``insert`` (as Delta reports an overwrite);
+- ``delete_rows``, ``restore``: the removed files' rows less the added files' rows (a
+  multiset difference of whole rows: rows a rewrite carried over cancel out) are
+  ``delete``, the rest of the added files' rows ``insert``;
+- ``update`` (:func:`kstore.update_rows`), ``merge``: that difference, each removed row paired
+  with the added row it became: by the merge's keys, or by the columns an update did not set
+  (the log entry's info names them) — ``update_preimage`` and ``update_postimage``; unpaired
+  rows are ``delete`` / ``insert``. A row an update or merge left as it was is no change;
+- ``compaction``, ``build_indices``, ``drop_indices``, ``upgrade``, ``vacuum``: no row changes.
+
+Each change row has the columns of the files it comes from (columns a version lacks are
+null) and ``_change_type``, ``_commit_version``, ``_commit_timestamp``, as Delta's.
+
+Examples
+--------
+>>> import pandas as pd, kstore
+>>> from kstore.io.memory import MemoryStore
+>>> st = MemoryStore()
+>>> _ = kstore.store_dataset(st, "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+>>> _ = kstore.update_rows(st, "d", [[("k", "==", 2)]], set={"x": 60})
+>>> t = read_changes(st, "d", 0)
+>>> list(zip(t["_commit_version"].to_pylist(), t["_change_type"].to_pylist(), t["x"].to_pylist()))
+[(0, 'insert', 5), (0, 'insert', 6), (1, 'update_preimage', 6), (1, 'update_postimage', 60)]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+
+from kstore.blocks import load
+from kstore.blocks.read import read_plan
+from kstore.core.log import LogEntry
+from kstore.core.metadata import DatasetMetadata
+from kstore.core.planning import plan_read
+from kstore.errors import InvalidArgumentError, UnsupportedTypeError, VersionNotFoundError
+from kstore.io.store import Store
+
+log = logging.getLogger("kstore.read")
+
+__all__ = ["read_changes", "CHANGE_COLUMNS", "NO_ROW_CHANGES"]
+
+#: the columns every change row has besides the data columns (Delta's names)
+CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+#: operations that change no row
+NO_ROW_CHANGES = frozenset({"compaction", "build_indices", "drop_indices", "upgrade", "vacuum"})
+_INSERTS = frozenset({"create", "append"})
+_REPLACES = frozenset({"overwrite", "overwrite_partitions", "delete_scope"})
+_REWRITES = frozenset({"delete_rows", "restore", "update", "merge"})
+
+
+def read_changes(store: Store, dataset_uuid: str, start_version: int, end_version: int | None = None) -> pa.Table:
+    """The row changes of versions ``start_version`` .. ``end_version`` (inclusive; None:
+    the newest), oldest first (see the module docstring).
+
+    A version in the range that garbage collection expired (or the one before the range
+    starts, which its changes are computed against) is a
+    :class:`~kstore.errors.VersionNotFoundError`; a ``delete`` of the dataset in the range too.
+    """
+    newest, _ = load.load_latest(store, dataset_uuid)
+    if newest is None or newest.version is None:
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no versions")
+    end = newest.version if end_version is None else end_version
+    for name, v in (("start_version", start_version), ("end_version", end)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise InvalidArgumentError(f"{name} must be a version number >= 0, got {v!r}")
+    if end > newest.version:
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {end} (the newest is {newest.version})")
+    if start_version > end:
+        raise InvalidArgumentError(f"start_version {start_version} is after end_version {end}")
+    parts: list[pa.Table] = []
+    before: DatasetMetadata | None = None
+    for v in range(start_version, end + 1):
+        entry = _entry(store, dataset_uuid, v, start_version, end)
+        if entry.operation == "delete":
+            raise VersionNotFoundError(
+                f"dataset {dataset_uuid!r}: version {v} deleted the dataset (its files are gone): read the changes "
+                "of a range after it")
+        if entry.operation in NO_ROW_CHANGES:
+            before = None  # (the next version loads its own)
+            continue
+        now = _version(store, dataset_uuid, v, start_version, end)
+        if before is None and v > 0 and entry.operation not in ("create",):
+            before = _version(store, dataset_uuid, v - 1, start_version, end, previous=True)
+        parts += _changes_of(store, entry, before, now)
+        before = now
+    if not parts:
+        return _empty(newest, store)
+    return pa.concat_tables(parts, promote_options="default")
+
+
+def _entry(store: Store, uuid: str, v: int, start: int, end: int) -> LogEntry:
+    try:
+        entry = load.load_entry(store, uuid, v)
+    except VersionNotFoundError as exc:
+        raise VersionNotFoundError(f"dataset {uuid!r}: the changes of versions {start}..{end} are not retained: "
+                                   f"{exc}") from exc
+    if entry.expired:
+        raise VersionNotFoundError(f"dataset {uuid!r}: the changes of versions {start}..{end} are not retained: "
+                                   f"version {v} was expired by garbage collection")
+    return entry
+
+
+def _version(store: Store, uuid: str, v: int, start: int, end: int, *, previous: bool = False) -> DatasetMetadata:
+    try:
+        return load.load_version(store, uuid, v)
+    except VersionNotFoundError as exc:
+        what = f"version {v}, which the changes of version {v + 1} are computed against," if previous else \
+            f"version {v}"
+        raise VersionNotFoundError(f"dataset {uuid!r}: the changes of versions {start}..{end} are not retained: "
+                                   f"{what} is not readable ({exc})") from exc
+
+
+def _keys(meta: DatasetMetadata | None) -> dict[str, str]:
+    """key -> label of the version's data files (every table)."""
+    if meta is None:
+        return {}
+    return {key: label for label, files in meta.partitions.items() for key in files.values()}
+
+
+def _rows(store: Store, meta: DatasetMetadata | None, keys: set[str]) -> pa.Table | None:
+    """All rows of ``meta``'s files among ``keys`` (None: no such file)."""
+    if meta is None or not keys:
+        return None
+    schema = load.load_schema(store, meta)
+    plan = plan_read(meta, schema)
+    tasks = tuple(t for t in plan.tasks if t.key in keys)
+    if not tasks:
+        return None
+    return read_plan(store, replace(plan, tasks=tasks))
+
+
+def _changes_of(store: Store, entry: LogEntry, before: DatasetMetadata | None,
+                now: DatasetMetadata) -> list[pa.Table]:
+    old, new = _keys(before), _keys(now)
+    removed = _rows(store, before, set(old) - set(new))
+    added = _rows(store, now, set(new) - set(old))
+    op = entry.operation
+    out: list[tuple[str, pa.Table]] = []
+    if op in _INSERTS or op in _REPLACES or op not in _REWRITES:
+        # (an operation this kstore does not know: reported as whole files, as an overwrite)
+        if removed is not None:
+            out.append(("delete", removed))
+        if added is not None:
+            out.append(("insert", added))
+    else:
+        gone, came = _net(removed, added)
+        pairing = _pairing_columns(entry, gone if gone is not None else came)
+        if pairing and gone is not None and came is not None:
+            pre, post, gone, came = _pair(gone, came, pairing)
+            out += [("update_preimage", pre), ("update_postimage", post)]
+        if gone is not None and gone.num_rows:
+            out.append(("delete", gone))
+        if came is not None and came.num_rows:
+            out.append(("insert", came))
+    order = {"delete": 0, "update_preimage": 1, "update_postimage": 1, "insert": 2}
+    stamp = pa.scalar(entry.timestamp, pa.timestamp("us", tz="UTC"))
+    tables = []
+    for kind, rows in sorted(out, key=lambda kr: order[kr[0]]):
+        if rows.num_rows == 0:
+            continue
+        n = rows.num_rows
+        tables.append(rows.append_column("_change_type", pa.array([kind] * n, pa.string()))
+                      .append_column("_commit_version", pa.array(np.full(n, entry.version, np.int64)))
+                      .append_column("_commit_timestamp", pa.array([stamp] * n, stamp.type)))
+    if len(tables) > 1 and {t.column("_change_type")[0].as_py() for t in tables} >= {"update_preimage"}:
+        tables = _interleave_pairs(tables)
+    return tables
+
+
+def _net(removed: pa.Table | None, added: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None]:
+    """``removed`` less ``added`` and ``added`` less ``removed``, as multisets of whole rows."""
+    if removed is None or added is None:
+        return removed, added
+    added = added.select(removed.column_names) if set(added.column_names) == set(removed.column_names) else added
+    if added.schema.names != removed.schema.names or not added.schema.equals(removed.schema, check_metadata=False):
+        return removed, added  # (other columns or types: nothing to cancel)
+    cols = list(removed.column_names)
+    for f in removed.schema:
+        if pa.types.is_nested(f.type):
+            raise UnsupportedTypeError(f"the change feed cannot compare rows with nested column {f.name!r} ({f.type})")
+    side = pa.concat_tables([
+        removed.append_column("__side", pa.array(np.full(removed.num_rows, -1, np.int64))),
+        added.append_column("__side", pa.array(np.full(added.num_rows, 1, np.int64))),
+    ])
+    side = side.append_column("__pos", pa.array(np.arange(side.num_rows, dtype=np.int64)))
+    groups = side.group_by(cols, use_threads=False).aggregate([("__side", "sum"), ("__pos", "list")])
+    net = groups.column("__side_sum").to_numpy()
+    changed = np.flatnonzero(net != 0)
+    positions = groups.column("__pos_list").take(pa.array(changed, pa.int64())).to_pylist()
+    take_gone: list[int] = []
+    take_came: list[int] = []
+    for i, pos in zip(changed, positions):
+        if net[i] < 0:  # removed copies left over
+            take_gone += sorted(p for p in pos if p < removed.num_rows)[: -net[i]]
+        else:
+            take_came += sorted(p - removed.num_rows for p in pos if p >= removed.num_rows)[: net[i]]
+    return (removed.take(pa.array(sorted(take_gone), pa.int64())),
+            added.take(pa.array(sorted(take_came), pa.int64())))
+
+
+def _pairing_columns(entry: LogEntry, rows: pa.Table | None) -> list[str]:
+    """The columns that tell which added row a removed row became: a merge's keys; for an
+    update, every column it did not set. None known (other operations): no pairs."""
+    if rows is None:
+        return []
+    info = entry.info or {}
+    if entry.operation == "merge" and isinstance(info.get("on"), list):
+        return [c for c in info["on"] if c in rows.column_names]
+    if entry.operation == "update" and isinstance(info.get("set_columns"), list):
+        return [c for c in rows.column_names if c not in info["set_columns"]]
+    return []
+
+
+def _pair(gone: pa.Table, came: pa.Table, by: Sequence[str]) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+    """(preimages, postimages (row i became row i), unpaired removed, unpaired added): rows
+    with equal ``by`` values (nulls equal, as in a group) paired in order (the n-th removed
+    with the n-th added)."""
+    n = gone.num_rows
+    both = pa.concat_tables([gone.select(list(by)), came.select(list(by))])
+    both = both.append_column("__pos", pa.array(np.arange(both.num_rows, dtype=np.int64)))
+    groups = both.group_by(list(by), use_threads=False).aggregate([("__pos", "list")])
+    li: list[int] = []
+    ri: list[int] = []
+    for pos in groups.column("__pos_list").to_pylist():
+        left = sorted(p for p in pos if p < n)
+        right = sorted(p - n for p in pos if p >= n)
+        k = min(len(left), len(right))
+        li += left[:k]
+        ri += right[:k]
+    order = np.argsort(np.asarray(li, dtype=np.int64), kind="stable")
+    lia, ria = np.asarray(li, dtype=np.int64)[order], np.asarray(ri, dtype=np.int64)[order]
+    rest_l = np.setdiff1d(np.arange(n), lia)
+    rest_r = np.setdiff1d(np.arange(came.num_rows), ria)
+    return gone.take(pa.array(lia)), came.take(pa.array(ria)), gone.take(pa.array(rest_l)), came.take(pa.array(rest_r))
+
+
+def _interleave_pairs(tables: list[pa.Table]) -> list[pa.Table]:
+    """Each preimage right before its postimage (Delta's order within a version)."""
+    pre = [t for t in tables if t.column("_change_type")[0].as_py() == "update_preimage"]
+    post = [t for t in tables if t.column("_change_type")[0].as_py() == "update_postimage"]
+    if len(pre) != 1 or len(post) != 1 or pre[0].num_rows != post[0].num_rows:
+        return tables
+    both = pa.concat_tables([pre[0], post[0]], promote_options="default")
+    n = pre[0].num_rows
+    order = np.empty(2 * n, dtype=np.int64)
+    order[0::2] = np.arange(n)
+    order[1::2] = np.arange(n, 2 * n)
+    rest = [t for t in tables if t.column("_change_type")[0].as_py() not in ("update_preimage", "update_postimage")]
+    deletes = [t for t in rest if t.column("_change_type")[0].as_py() == "delete"]
+    inserts = [t for t in rest if t.column("_change_type")[0].as_py() == "insert"]
+    return deletes + [both.take(pa.array(order))] + inserts
+
+
+def _empty(meta: DatasetMetadata, store: Store) -> pa.Table:
+    schema = load.load_schema(store, meta)
+    fields = [pa.field(f.name, f.type) for f in schema] + [
+        pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()),
+        pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC"))]
+    return pa.schema(fields).empty_table()
