@@ -646,6 +646,94 @@ class Snapshot:
         return self._next(mutate.delete_rows(self.store, self.dataset_uuid, predicates, base=self.metadata,
                                              options=opts))
 
+    def update_rows(self, predicates: Any, set: Mapping[str, Any], *,  # noqa: A002 - SQL's word, as kstore.update_rows
+                    options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Set columns to constant values in the rows matching ``predicates`` (DNF) by
+        rewriting the files holding them (:func:`kstore.update_rows`); the conflict rule of
+        :meth:`delete_rows`. No matching row: nothing is committed and this snapshot comes back.
+
+        Parameters
+        ----------
+        predicates
+            DNF ``[[(column, op, value), ...], ...]``: the rows to update.
+        set
+            ``{column: value}``: the new values (converted exactly to the columns' types).
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-ur", "d", pd.DataFrame({"p": [1, 1], "x": [5, 6]}), partition_on="p")
+        >>> kstore.open_dataset("memory://snap-ur", "d").update_rows([[("x", "==", 6)]], {"x": 60}).read()["x"].tolist()
+        [5, 60]
+        """
+        from kstore.blocks import mutate
+
+        opts = CommitOptions.of(options)
+        return self._next(mutate.update_rows(self.store, self.dataset_uuid, predicates, set, base=self.metadata,
+                                             options=opts).dataset)
+
+    def merge(self, source: Any, on: str | Sequence[str], *, when_matched: str = "update",
+              when_not_matched: str = "insert", when_not_matched_by_source: str = "ignore",
+              options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Upsert ``source`` by the key columns ``on`` into this version (:func:`kstore.merge`;
+        the row counts are in the new version's ``history()`` info). A version committed
+        after this one that removed a file the merge rewrites, or added one its keys may match,
+        makes it fail with :class:`~kstore.errors.CommitConflictError` (Iceberg's "validate
+        from snapshot"); so does a planned file garbage collection deleted meanwhile.
+
+        Parameters
+        ----------
+        source
+            A pandas DataFrame or Arrow table with the dataset's columns, one row per key.
+        on
+            The key column(s).
+        when_matched, when_not_matched, when_not_matched_by_source
+            As for :func:`kstore.merge`.
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-mg", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+        >>> new = kstore.open_dataset("memory://snap-mg", "d").merge(pd.DataFrame({"k": [2, 3], "x": [60, 7]}), "k")
+        >>> sorted(new.read()["x"].tolist()), new.history()[-1].info["inserted"]
+        ([5, 7, 60], 1)
+        """
+        from kstore.blocks import merge as merging
+
+        request = merging.MergeRequest.of(self.dataset_uuid, on, when_matched, when_not_matched,
+                                          when_not_matched_by_source)
+        opts = CommitOptions.of(options)
+        return self._next(merging.merge(self.store, self.dataset_uuid, source, request, base=self.metadata,
+                                        options=opts).dataset)
+
+    def restore(self, *, options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
+        """Make this version the newest again, as a new version (:func:`kstore.restore`);
+        returns the snapshot of that version (this one when it is the newest already).
+
+        Parameters
+        ----------
+        options
+            As for :meth:`append`.
+
+        Examples
+        --------
+        >>> import pandas as pd, kstore
+        >>> _ = kstore.store_dataset("memory://snap-rs", "d", pd.DataFrame({"x": [1]}))
+        >>> _ = kstore.update_dataset("memory://snap-rs", "d", pd.DataFrame({"x": [2]}))
+        >>> back = kstore.open_dataset("memory://snap-rs", "d", version=0).restore()
+        >>> back.version, back.read()["x"].tolist()
+        (2, [1])
+        """
+        from kstore.blocks import restore as restoring
+
+        assert self.version is not None
+        meta = restoring.restore(self.store, self.dataset_uuid, self.version, options=CommitOptions.of(options))
+        return self._next(meta)
+
     def build_indices(self, columns: str | Sequence[str], *,
                       options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
         """Build secondary indices of ``columns`` over every file; files committed after this

@@ -1161,7 +1161,7 @@ class Simulation:
             elif (op.kind != "create" and j > 0 and self.config.upsert_rate
                     and self.upsert_rng.random() < self.config.upsert_rate):
                 op = self._row_change(tag)
-            if op.kind not in ("create", "restore", "merge", "update") and self.snap_rng.random() < self.config.snapshot_rate:
+            if op.kind not in ("create", "restore") and self.snap_rng.random() < self.config.snapshot_rate:
                 op = replace(op, snapshot=True)
                 if self.config.recreate_cycles and self.stale_rng.random() < self.config.stale_rate:
                     op = replace(op, stale=True)
@@ -1220,10 +1220,7 @@ class Simulation:
             return kstore.merge(st, UUID, frame(op.rows), on="rid", txn=op.tag).dataset
         if op.kind == "update":
             self.stats.row_changes += 1
-            values: dict[str, Any] = {"x": (op.x + 1) % 6 if op.x is not None else None}
-            if op.partition is not None:
-                values["p"] = op.partition
-            return kstore.update_rows(st, UUID, [[("x", "==", op.x)]], set=values, txn=op.tag).dataset
+            return kstore.update_rows(st, UUID, [[("x", "==", op.x)]], set=_update_values(op), txn=op.tag).dataset
         if op.kind == "restore":
             self.stats.restores += 1
             newest = kstore.load_metadata(st, UUID).version or 0
@@ -1251,6 +1248,12 @@ class Simulation:
             return snap.delete_rows([[("x", "==", op.x)]], options=opts)
         if op.kind == "compact":
             return snap.compact(options=opts)
+        if op.kind == "merge":
+            self.stats.row_changes += 1
+            return snap.merge(frame(op.rows), "rid", options=opts)
+        if op.kind == "update":
+            self.stats.row_changes += 1
+            return snap.update_rows([[("x", "==", op.x)]], _update_values(op), options=opts)
         if op.kind == "drop_indices":
             return snap.drop_indices(["x"], options=opts)
         assert op.kind == "build_indices", op
@@ -1595,6 +1598,14 @@ class Simulation:
                 pass
             else:
                 obs.fail("the dataset reads although its newest version has no dataset")
+
+
+def _update_values(op: Op) -> dict[str, Any]:
+    """What an ``update`` op sets: x to (x + 1) % 6 and, if it names one, p (as Op.apply)."""
+    values: dict[str, Any] = {"x": (op.x + 1) % 6 if op.x is not None else None}
+    if op.partition is not None:
+        values["p"] = op.partition
+    return values
 
 
 def _noop(op: Op, obs: Observer) -> bool:
