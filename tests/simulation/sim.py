@@ -180,6 +180,10 @@ _MIXED: dict[str, dict[str, Any]] = {
 }
 
 
+#: the fault kinds a mixed schedule draws from (the modes of #33 in FAULT_KINDS are no faults)
+MIXED_KINDS: tuple[str, ...] = tuple(_MIXED)
+
+
 def mixed(seed: int, base: Config) -> tuple[Config, tuple[str, ...]]:
     """``base`` with the fault kinds this seed draws (each with chance 1/2, at least one),
     and their names. Garbage collections take the most, kill rates the least any kind asks."""
