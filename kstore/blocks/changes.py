@@ -47,7 +47,7 @@ from kstore.blocks.read import read_plan
 from kstore.core.log import LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import plan_read
-from kstore.errors import InvalidArgumentError, UnsupportedTypeError, VersionNotFoundError
+from kstore.errors import DatasetNotFoundError, InvalidArgumentError, VersionNotFoundError
 from kstore.io.store import Store
 
 log = logging.getLogger("kstore.read")
@@ -72,8 +72,11 @@ def read_changes(store: Store, dataset_uuid: str, start_version: int, end_versio
     :class:`~kstore.errors.VersionNotFoundError`; a ``delete`` of the dataset in the range too.
     """
     newest, _ = load.load_latest(store, dataset_uuid)
-    if newest is None or newest.version is None:
-        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no versions")
+    if newest is None:
+        raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
+    if newest.version is None:
+        raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no versions (a kartothek dataset: "
+                                   "kstore.upgrade_dataset gives it its first)")
     end = newest.version if end_version is None else end_version
     for name, v in (("start_version", start_version), ("end_version", end)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -190,12 +193,9 @@ def _net(removed: pa.Table | None, added: pa.Table | None) -> tuple[pa.Table | N
     if added.schema.names != removed.schema.names or not added.schema.equals(removed.schema, check_metadata=False):
         return removed, added  # (other columns or types: nothing to cancel)
     cols = list(removed.column_names)
-    for f in removed.schema:
-        if pa.types.is_nested(f.type):
-            raise UnsupportedTypeError(f"the change feed cannot compare rows with nested column {f.name!r} ({f.type})")
     side = pa.concat_tables([
-        removed.append_column("__side", pa.array(np.full(removed.num_rows, -1, np.int64))),
-        added.append_column("__side", pa.array(np.full(added.num_rows, 1, np.int64))),
+        _groupable(removed).append_column("__side", pa.array(np.full(removed.num_rows, -1, np.int64))),
+        _groupable(added).append_column("__side", pa.array(np.full(added.num_rows, 1, np.int64))),
     ])
     side = side.append_column("__pos", pa.array(np.arange(side.num_rows, dtype=np.int64)))
     groups = side.group_by(cols, use_threads=False).aggregate([("__side", "sum"), ("__pos", "list")])
@@ -211,6 +211,16 @@ def _net(removed: pa.Table | None, added: pa.Table | None) -> tuple[pa.Table | N
             take_came += sorted(p - removed.num_rows for p in pos if p >= removed.num_rows)[: net[i]]
     return (removed.take(pa.array(sorted(take_gone), pa.int64())),
             added.take(pa.array(sorted(take_came), pa.int64())))
+
+
+def _groupable(table: pa.Table) -> pa.Table:
+    """``table`` with each nested column (list, struct, map: no hash grouping in Arrow) as
+    the text of its values, which tells equal values from unequal ones the same way."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_nested(f.type):
+            text = pa.array([None if v is None else repr(v) for v in table.column(i).to_pylist()], pa.string())
+            table = table.set_column(i, pa.field(f.name, pa.string()), text)
+    return table
 
 
 def _pairing_columns(entry: LogEntry, rows: pa.Table | None) -> list[str]:
@@ -231,7 +241,7 @@ def _pair(gone: pa.Table, came: pa.Table, by: Sequence[str]) -> tuple[pa.Table, 
     with equal ``by`` values (nulls equal, as in a group) paired in order (the n-th removed
     with the n-th added)."""
     n = gone.num_rows
-    both = pa.concat_tables([gone.select(list(by)), came.select(list(by))])
+    both = pa.concat_tables([_groupable(gone.select(list(by))), _groupable(came.select(list(by)))])
     both = both.append_column("__pos", pa.array(np.arange(both.num_rows, dtype=np.int64)))
     groups = both.group_by(list(by), use_threads=False).aggregate([("__pos", "list")])
     li: list[int] = []

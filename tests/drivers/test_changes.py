@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kstore
-from kstore.errors import InvalidArgumentError, VersionNotFoundError
+from kstore.errors import DatasetNotFoundError, InvalidArgumentError, VersionNotFoundError
 
 UUID = "ds"
 Row = tuple  # (p, id, x, s)
@@ -217,6 +217,8 @@ def test_ranges_that_are_not_retained_or_not_there(tmp_path):
     kstore.update_dataset(url, UUID, frame([("b", 3, 3, "w")]))
     with pytest.raises(InvalidArgumentError):
         kstore.read_changes(url, UUID, 2, 1)
+    with pytest.raises(DatasetNotFoundError):
+        kstore.read_changes(url, "no-such-dataset", 0)
     with pytest.raises(VersionNotFoundError):
         kstore.read_changes(url, UUID, 0, 9)
     kstore.garbage_collect(url, UUID, retention=timedelta(0), enforce_retention_duration=False)
@@ -244,3 +246,33 @@ def test_a_merge_reports_pairs_deletes_and_inserts(tmp_path):
                                 (1, "delete", "a", 1, 1, "u"), (1, "delete", "b", 3, 3, "w"),
                                 (1, "insert", "a", 5, 0, "n")])
     assert pa.Table.from_pandas(kstore.read_changes(url, UUID, 1)).num_rows == 5
+
+
+def test_the_feed_of_a_kartothek_written_dataset_with_every_dtype(tmp_path):
+    """Real kartothek 5.3 data (every dtype it writes, a list column included): after
+    ``upgrade_dataset``, a row delete and an update report exactly the rows that changed, with
+    their values as read before."""
+    import shutil
+
+    from tests.interop.fixtures import locate_fixtures
+
+    store = tmp_path / "store"
+    shutil.copytree(locate_fixtures() / "store" / "pub_dtypes", store / "pub_dtypes")
+    shutil.copy(locate_fixtures() / "store" / "pub_dtypes.by-dataset-metadata.json", store)
+    url = str(store)
+    kstore.upgrade_dataset(url, "pub_dtypes")
+    before = kstore.read_dataset(url, "pub_dtypes", as_arrow=True).sort_by("row_id")
+    first = before["row_id"][0].as_py()
+    kstore.delete_rows(url, "pub_dtypes", [[("row_id", "==", first)]])
+    kstore.update_rows(url, "pub_dtypes", [[("row_id", "in", [first + 1, first + 2])]], set={"c_int16": 7})
+    t = kstore.read_changes(url, "pub_dtypes", 1, as_arrow=True)
+    assert t["_change_type"].to_pylist() == ["delete", "update_preimage", "update_postimage",
+                                             "update_preimage", "update_postimage"]
+    data_cols = before.column_names
+    deleted = t.filter(pa.compute.equal(t["_change_type"], "delete")).select(data_cols)
+    assert deleted.to_pylist() == before.slice(0, 1).select(data_cols).to_pylist()
+    pre = t.filter(pa.compute.equal(t["_change_type"], "update_preimage")).select(data_cols).sort_by("row_id")
+    post = t.filter(pa.compute.equal(t["_change_type"], "update_postimage")).select(data_cols).sort_by("row_id")
+    assert pre.to_pylist() == before.slice(1, 2).select(data_cols).to_pylist()
+    assert post["c_int16"].to_pylist() == [7, 7]
+    assert post.drop_columns(["c_int16"]).to_pylist() == pre.drop_columns(["c_int16"]).to_pylist()

@@ -11,8 +11,9 @@ with ``--start SEED --schedules 1`` (and the same mode and flags). With ``--keep
 runs every schedule and prints each distinct violation once (its first seed and how many
 schedules showed it).
 
-The fault kinds of issue #29 are modes (``--mode clock-skew|pauses|held-creates|recreate|
-damaged-derived``) and flags that add them to any mode: ``--clock-skew``, ``--pause-rate``,
+The modes ``restores`` and ``row-changes`` (#33) add restores, merges and updates (some on
+snapshots) to the writers' operations. The fault kinds of issue #29 are modes (``--mode
+clock-skew|pauses|held-creates|recreate|damaged-derived``) and flags that add them to any mode: ``--clock-skew``, ``--pause-rate``,
 ``--held-rate``, ``--recreate``, ``--damage-rate`` (``--damage-kinds``, ``--damage-targets``);
 ``--gc-runs`` sets how many garbage collections run per schedule.
 """
