@@ -58,8 +58,8 @@ __all__ = ["read_changes", "CHANGE_COLUMNS", "NO_ROW_CHANGES"]
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: operations that change no row
 NO_ROW_CHANGES = frozenset({"compaction", "build_indices", "drop_indices", "upgrade", "vacuum"})
-_INSERTS = frozenset({"create", "append"})
-_REPLACES = frozenset({"overwrite", "overwrite_partitions", "delete_scope"})
+#: operations whose added files carry rows of the files they replace (compared row by row);
+#: every other operation is reported as whole files (one this kstore does not know too)
 _REWRITES = frozenset({"delete_rows", "restore", "update", "merge"})
 
 
@@ -152,36 +152,34 @@ def _changes_of(store: Store, entry: LogEntry, before: DatasetMetadata | None,
     old, new = _keys(before), _keys(now)
     removed = _rows(store, before, set(old) - set(new))
     added = _rows(store, now, set(new) - set(old))
-    op = entry.operation
-    out: list[tuple[str, pa.Table]] = []
-    if op in _INSERTS or op in _REPLACES or op not in _REWRITES:
-        # (an operation this kstore does not know: reported as whole files, as an overwrite)
-        if removed is not None:
-            out.append(("delete", removed))
-        if added is not None:
-            out.append(("insert", added))
+    out: list[tuple[str | pa.Array, pa.Table]] = []  # (change type(s), rows), in the order reported
+    if entry.operation not in _REWRITES:
+        out += [("delete", removed)] if removed is not None else []
+        out += [("insert", added)] if added is not None else []
     else:
         gone, came = _net(removed, added)
         pairing = _pairing_columns(entry, gone if gone is not None else came)
         if pairing and gone is not None and came is not None:
             pre, post, gone, came = _pair(gone, came, pairing)
-            out += [("update_preimage", pre), ("update_postimage", post)]
-        if gone is not None and gone.num_rows:
             out.append(("delete", gone))
-        if came is not None and came.num_rows:
-            out.append(("insert", came))
-    order = {"delete": 0, "update_preimage": 1, "update_postimage": 1, "insert": 2}
+            # each preimage right before its postimage (Delta's order within a version)
+            n = pre.num_rows
+            order = np.empty(2 * n, dtype=np.int64)
+            order[0::2], order[1::2] = np.arange(n), np.arange(n, 2 * n)
+            kinds = pa.array(["update_preimage", "update_postimage"] * n, pa.string())
+            out.append((kinds, pa.concat_tables([pre, post], promote_options="default").take(pa.array(order))))
+        else:
+            out += [("delete", gone)] if gone is not None else []
+        out += [("insert", came)] if came is not None else []
     stamp = pa.scalar(entry.timestamp, pa.timestamp("us", tz="UTC"))
     tables = []
-    for kind, rows in sorted(out, key=lambda kr: order[kr[0]]):
-        if rows.num_rows == 0:
-            continue
+    for kind, rows in out:
         n = rows.num_rows
-        tables.append(rows.append_column("_change_type", pa.array([kind] * n, pa.string()))
-                      .append_column("_commit_version", pa.array(np.full(n, entry.version, np.int64)))
-                      .append_column("_commit_timestamp", pa.array([stamp] * n, stamp.type)))
-    if len(tables) > 1 and {t.column("_change_type")[0].as_py() for t in tables} >= {"update_preimage"}:
-        tables = _interleave_pairs(tables)
+        if n:
+            tables.append(rows.append_column("_change_type", pa.array([kind] * n, pa.string()) if isinstance(kind, str)
+                                             else kind)
+                          .append_column("_commit_version", pa.array(np.full(n, entry.version, np.int64)))
+                          .append_column("_commit_timestamp", pa.array([stamp] * n, stamp.type)))
     return tables
 
 
@@ -257,23 +255,6 @@ def _pair(gone: pa.Table, came: pa.Table, by: Sequence[str]) -> tuple[pa.Table, 
     rest_l = np.setdiff1d(np.arange(n), lia)
     rest_r = np.setdiff1d(np.arange(came.num_rows), ria)
     return gone.take(pa.array(lia)), came.take(pa.array(ria)), gone.take(pa.array(rest_l)), came.take(pa.array(rest_r))
-
-
-def _interleave_pairs(tables: list[pa.Table]) -> list[pa.Table]:
-    """Each preimage right before its postimage (Delta's order within a version)."""
-    pre = [t for t in tables if t.column("_change_type")[0].as_py() == "update_preimage"]
-    post = [t for t in tables if t.column("_change_type")[0].as_py() == "update_postimage"]
-    if len(pre) != 1 or len(post) != 1 or pre[0].num_rows != post[0].num_rows:
-        return tables
-    both = pa.concat_tables([pre[0], post[0]], promote_options="default")
-    n = pre[0].num_rows
-    order = np.empty(2 * n, dtype=np.int64)
-    order[0::2] = np.arange(n)
-    order[1::2] = np.arange(n, 2 * n)
-    rest = [t for t in tables if t.column("_change_type")[0].as_py() not in ("update_preimage", "update_postimage")]
-    deletes = [t for t in rest if t.column("_change_type")[0].as_py() == "delete"]
-    inserts = [t for t in rest if t.column("_change_type")[0].as_py() == "insert"]
-    return deletes + [both.take(pa.array(order))] + inserts
 
 
 def _empty(meta: DatasetMetadata, store: Store) -> pa.Table:
