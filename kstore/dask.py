@@ -48,6 +48,7 @@ from dask.utils import parse_bytes
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+from kstore.blocks.changes import CHANGE_COLUMNS, ChangeRange, conform_changes, plan_changes, version_changes
 from kstore.blocks.compact import (
     DEFAULT_TARGET_FILE_SIZE,
     CompactionGroup,
@@ -59,9 +60,11 @@ from kstore.blocks.compact import (
     worker_plan,
 )
 from kstore.blocks.job import (
+    SchemaMode,
     WriteMode,
     WriteRequest,
     as_columns,
+    check_fits,
     delete_files,
     finish_write,
     merge_worker_schemas,
@@ -79,13 +82,21 @@ from kstore.blocks.write import (
     write_partitions,
 )
 from kstore.core import naming
-from kstore.core.arguments import AsOf, DataKind, as_bool, as_column_list, predicates_or_filters, store_uuid_data
+from kstore.core.arguments import (
+    AsOf,
+    DataKind,
+    as_bool,
+    as_column_list,
+    as_count,
+    predicates_or_filters,
+    store_uuid_data,
+)
 from kstore.core.commit_options import CommitOptions
+from kstore.core.log import LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
 from kstore.core.predicates import Predicates
-from kstore.core.types import merge_schemas
 from kstore.core.writer_options import WriteOptions
 from kstore.eager import load_metadata, plan_with_stats
 from kstore.errors import (
@@ -95,7 +106,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 
-__all__ = ["store_dataset", "update_dataset", "read_dataset", "compact", "BUCKET_COLUMN"]
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "read_changes", "compact", "BUCKET_COLUMN"]
 
 #: Temporary column holding the bucket number while a bucketed write shuffles (never stored).
 BUCKET_COLUMN = "__kstore_bucket__"
@@ -309,7 +320,7 @@ def _write(
     metadata_format: MetadataFormat | None,
     table_name: str,
     delete_scope: Sequence[Mapping[str, Any]] | None,
-    schema_mode: Literal["strict", "merge"],
+    schema_mode: SchemaMode,
     txn: tuple[str, int] | None,
     must_exist: bool = False,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -350,8 +361,7 @@ def _write(
         raise InvalidArgumentError(f"dataset {dataset_uuid!r}: column name {BUCKET_COLUMN!r} is reserved")
     meta_schema = _meta_schema(ddf, pon, sec, dataset_uuid)
     job.options.check_columns(meta_schema, pon, dataset=dataset_uuid)  # before any task runs
-    if job.base_schema is not None and not job.creates:
-        merge_schemas(job.base_schema, meta_schema, dataset=dataset_uuid, allow_new_columns=schema_mode == "merge")
+    check_fits(job, meta_schema, meta_schema.empty_table())  # the values: when the commit checks again
 
     # 2. the graph: (bucket, shuffle,) write each partition's files
     if buckets and num_buckets is not None:  # checked above: both or neither
@@ -429,7 +439,7 @@ class _WriteKeywords(TypedDict, total=False):
     shuffle: bool
     bucket_by: str | Sequence[str] | None
     num_buckets: int | None
-    schema_mode: Literal["strict", "merge"]
+    schema_mode: SchemaMode
     metadata: Mapping[str, Any] | None
     txn: tuple[str, int] | None
     write_options: WriteOptions | Mapping[str, Any] | None
@@ -464,7 +474,7 @@ def store_dataset(
     bucket_by: str | Sequence[str] | None = None,
     num_buckets: int | None = None,
     mode: WriteMode = "error",
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     metadata: Mapping[str, Any] | None = None,
     metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
@@ -500,9 +510,8 @@ def store_dataset(
         ``"overwrite"`` (replace), ``"append"`` or ``"overwrite_partitions"`` (update, or
         create a missing dataset; see :func:`update_dataset`).
     schema_mode
-        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset: ``"strict"``
-        (the schema must match) or ``"merge"`` (new columns are added), as in
-        :func:`kstore.update_dataset`.
+        ``"strict"``, ``"merge"`` (new columns, widening) or, with ``mode="overwrite"``,
+        ``"overwrite"``, as in :func:`kstore.store_dataset`.
     write_options, sort_by, commit_options
         As in :func:`kstore.store_dataset` (file encoding; rows sorted inside each file;
         ``CommitOptions`` of the one commit).
@@ -571,7 +580,7 @@ def update_dataset(
     num_buckets: int | None = None,
     mode: Literal["append", "overwrite_partitions"] = "append",
     delete_scope: Sequence[Mapping[str, Any]] | None = None,
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     metadata: Mapping[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -599,7 +608,7 @@ def update_dataset(
     delete_scope
         ``[{partition column: value}, ...]``: partitions removed in the same commit.
     schema_mode
-        ``"strict"`` or ``"merge"`` (new columns allowed), as in :func:`kstore.update_dataset`.
+        ``"strict"`` or ``"merge"`` (new columns, widening), as in :func:`kstore.update_dataset`.
     metadata, txn, write_options, sort_by, commit_options
         As in :func:`kstore.update_dataset`.
     compute
@@ -750,6 +759,75 @@ class _ReadPartition:
         tables = [read_task(store, plan, t, cols) for t in files.tasks]
         table = concat_tables(tables) if tables else empty_table(plan, cols)
         return _to_pandas(table, plan.schema, self.conversion)
+
+
+class _ChangesOfVersion:
+    """Compute one Dask partition of :func:`read_changes`: the change rows of one version."""
+
+    def __init__(self, factory: Callable[[], Store], changes: ChangeRange, conversion: _Pandas) -> None:
+        self.factory, self.changes, self.conversion = factory, changes, conversion
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        c = self.changes
+        return ("kstore-changes", repr(self.factory), c.dataset_uuid, c.start, c.end, self.conversion.arrow_strings)
+
+    def __call__(self, entry: LogEntry) -> pd.DataFrame:
+        tables, _ = version_changes(self.factory(), self.changes, entry)
+        schema = self.changes.schema
+        table = pa.concat_tables([conform_changes(t, schema) for t in tables]) if tables else schema.empty_table()
+        return _to_pandas(table, schema, self.conversion)
+
+
+def read_changes(store: StoreLike, dataset_uuid: str, start_version: int, end_version: int | None = None,
+                 ) -> dd.DataFrame:
+    """:func:`kstore.read_changes` as a lazy Dask DataFrame: one partition per version with
+    row changes in ``start_version`` .. ``end_version`` (inclusive; None: the newest),
+    computed on the workers, oldest version first.
+
+    The range is checked here, on the client (its log entries; a version garbage collection
+    expired, or a delete of the dataset in it, is a
+    :class:`~kstore.errors.VersionNotFoundError` now, not at compute time). Every partition
+    has the columns of the newest version in the range (columns only older versions had
+    are left out: a fixed schema, as Spark's) and ``_change_type``, ``_commit_version``,
+    ``_commit_timestamp``; integer and bool data columns are ``Int64`` / ``boolean`` in every
+    partition (a delete's or insert's rows may hold nulls where another version's do not).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives: a URL or picklable store the workers can reach.
+    dataset_uuid
+        The dataset's name.
+    start_version, end_version
+        The range, as in :func:`kstore.read_changes`.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        A lazy frame; nothing is read until it is computed.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-changes-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> _ = kstore.update_rows("memory://dask-changes-doc", "d", [[("k", "==", 2)]], set={"x": 60})
+    >>> ddf = kstore.dask.read_changes("memory://dask-changes-doc", "d", 0)
+    >>> ddf.npartitions, ddf.compute(scheduler="sync")["_change_type"].tolist()
+    (2, ['insert', 'insert', 'update_preimage', 'update_postimage'])
+    """
+    st = open_store(store)
+    changes = plan_changes(st, dataset_uuid, as_count(start_version, "start_version", minimum=0),
+                           None if end_version is None else as_count(end_version, "end_version", minimum=0))
+    schema = changes.schema
+    nullable = frozenset(f.name for f in schema if f.name not in CHANGE_COLUMNS
+                         and (pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)))
+    conversion = _Pandas(pyarrow_strings_enabled(), nullable)
+    meta = _to_pandas(schema.empty_table(), schema, conversion)
+    if not changes.entries:
+        return dd.from_pandas(meta, npartitions=1)
+    return dd.from_map(_ChangesOfVersion(_worker_store(store, dataset_uuid), changes, conversion),
+                       list(changes.entries), meta=meta, label=f"kstore-changes-{dataset_uuid}",
+                       enforce_metadata=False)
 
 
 def _to_pandas(table: pa.Table, schema: pa.Schema, conversion: _Pandas) -> pd.DataFrame:

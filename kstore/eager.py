@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 from kstore.blocks.frame import planned_rows, read_frame
 from kstore.blocks.job import (
     WRITE_MODES,
+    SchemaMode,
     WriteMode,
     WriteRequest,
     finish_write,
@@ -92,7 +93,7 @@ def store_dataset(
     metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
     mode: WriteMode = "error",
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
@@ -137,9 +138,12 @@ def store_dataset(
         or ``"overwrite_partitions"`` (as :func:`update_dataset`, creating the dataset when
         it is missing).
     schema_mode
-        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset: ``"strict"``
-        (the schema must match) or ``"merge"`` (new columns are added), as in
-        :func:`update_dataset`.
+        How the data's schema meets an existing dataset's (docs/guides/schema.md):
+        ``"strict"`` (the columns must match; a full overwrite keeps the partition columns
+        too, none given: the dataset's), ``"merge"`` (new columns are added, columns widen
+        where no value changes: ``int32`` -> ``double``, ``date`` -> ``timestamp``), or, with
+        ``mode="overwrite"`` only, ``"overwrite"`` (the data's schema and partitioning
+        replace the dataset's: Delta's ``overwriteSchema``).
     txn
         ``(app_id, version)``: a retry of a write already committed under that id writes
         nothing and returns the committed metadata (idempotent jobs).
@@ -159,7 +163,8 @@ def store_dataset(
         ``progress(files_written, None)`` (see :mod:`kstore.io.progress`); off by default.
     overwrite
         Deprecated (a :class:`FutureWarning`; removed in the next release): ``True`` is
-        ``mode="overwrite"``.
+        ``mode="overwrite"`` with ``schema_mode="overwrite"`` (kartothek's meaning: the dataset
+        is replaced, schema and partitioning too) unless ``schema_mode`` is given.
 
     Returns
     -------
@@ -186,6 +191,8 @@ def store_dataset(
         if as_bool(overwrite, "overwrite") and mode != "error":
             raise InvalidArgumentError(f"overwrite=True and mode={mode!r} were both given; pass mode='overwrite'")
         mode = "overwrite" if overwrite else mode
+        if overwrite and schema_mode == "strict":
+            schema_mode = "overwrite"  # kartothek's overwrite=True replaces the dataset, schema and all
     with tracked(open_store(store), progress, f"write {dataset_uuid}", method="put", key_filter=is_data_file) as st:
         job = prepare_write(st, dataset_uuid, WriteRequest.of(
             dataset_uuid, mode, partition_on=partition_on, secondary_indices=secondary_indices, table_name=table_name,
@@ -207,7 +214,7 @@ def update_dataset(
     secondary_indices: str | Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     mode: Literal["append", "overwrite_partitions"] = "append",
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     txn: tuple[str, int] | None = None,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
     sort_by: str | Sequence[str] | None = None,
@@ -244,7 +251,7 @@ def update_dataset(
         the new data touches.
     schema_mode
         ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added; missing
-        ones are null).
+        ones are null; columns widen where no value changes, as in :func:`store_dataset`).
     txn
         ``(app_id, version)`` for idempotent retries, as in :func:`store_dataset`.
     write_options, sort_by, commit_options, progress

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +52,8 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.read")
 
-__all__ = ["read_changes", "CHANGE_COLUMNS", "NO_ROW_CHANGES"]
+__all__ = ["read_changes", "plan_changes", "version_changes", "conform_changes", "ChangeRange", "CHANGE_COLUMNS",
+           "NO_ROW_CHANGES"]
 
 #: the columns every change row has besides the data columns (Delta's names)
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -63,13 +64,28 @@ NO_ROW_CHANGES = frozenset({"compaction", "build_indices", "drop_indices", "upgr
 _REWRITES = frozenset({"delete_rows", "restore", "update", "merge"})
 
 
-def read_changes(store: Store, dataset_uuid: str, start_version: int, end_version: int | None = None) -> pa.Table:
-    """The row changes of versions ``start_version`` .. ``end_version`` (inclusive; None:
-    the newest), oldest first (see the module docstring).
+@dataclass(frozen=True)
+class ChangeRange:
+    """A checked range of versions to read the changes of (:func:`plan_changes`): the
+    versions with row changes (their log entries, oldest first) and the ``schema`` engines
+    with one fixed schema (Spark, Dask) give every change row: the newest version's columns
+    and the change columns. Small and picklable (workers compute one version each with
+    :func:`version_changes`)."""
 
-    A version in the range that garbage collection expired (or the one before the range
-    starts, which its changes are computed against) is a
-    :class:`~kstore.errors.VersionNotFoundError`; a ``delete`` of the dataset in the range too.
+    dataset_uuid: str
+    start: int
+    end: int
+    entries: tuple[LogEntry, ...]
+    schema: pa.Schema
+
+
+def plan_changes(store: Store, dataset_uuid: str, start_version: int, end_version: int | None = None) -> ChangeRange:
+    """Check the range ``start_version`` .. ``end_version`` (inclusive; None: the newest) and
+    list its versions with row changes; reads the log entries, no data file.
+
+    A version in the range that garbage collection expired is a
+    :class:`~kstore.errors.VersionNotFoundError`; a ``delete`` of the dataset in the range too
+    (the one before a version is checked when its changes are computed).
     """
     newest, _ = load.load_latest(store, dataset_uuid)
     if newest is None:
@@ -85,25 +101,79 @@ def read_changes(store: Store, dataset_uuid: str, start_version: int, end_versio
         raise VersionNotFoundError(f"dataset {dataset_uuid!r} has no version {end} (the newest is {newest.version})")
     if start_version > end:
         raise InvalidArgumentError(f"start_version {start_version} is after end_version {end}")
-    parts: list[pa.Table] = []
-    before: DatasetMetadata | None = None
+    entries = []
     for v in range(start_version, end + 1):
         entry = _entry(store, dataset_uuid, v, start_version, end)
         if entry.operation == "delete":
             raise VersionNotFoundError(
                 f"dataset {dataset_uuid!r}: version {v} deleted the dataset (its files are gone): read the changes "
                 "of a range after it")
-        if entry.operation in NO_ROW_CHANGES:
-            before = None  # (the next version loads its own)
-            continue
-        now = _version(store, dataset_uuid, v, start_version, end)
-        if before is None and v > 0 and entry.operation not in ("create",):
-            before = _version(store, dataset_uuid, v - 1, start_version, end, previous=True)
-        parts += _changes_of(store, entry, before, now)
-        before = now
+        if entry.operation not in NO_ROW_CHANGES:
+            entries.append(entry)
+    last = newest if end == newest.version else _version(store, dataset_uuid, end, start_version, end)
+    return ChangeRange(dataset_uuid, start_version, end, tuple(entries), _empty(last, store).schema)
+
+
+def version_changes(store: Store, changes: ChangeRange, entry: LogEntry, before: DatasetMetadata | None = None,
+                    ) -> tuple[list[pa.Table], DatasetMetadata]:
+    """The change rows of one version of ``changes`` (one table per kind of change, in the
+    order reported; each in that version's own types) and the version's state. ``before``:
+    the state of the version before, when the caller has it (else it is loaded)."""
+    v, start, end = entry.version, changes.start, changes.end
+    now = _version(store, changes.dataset_uuid, v, start, end)
+    if before is None and v > 0 and entry.operation != "create":
+        before = _version(store, changes.dataset_uuid, v - 1, start, end, previous=True)
+    return _changes_of(store, entry, before, now), now
+
+
+def conform_changes(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Change rows in the fixed ``schema`` of a range (:attr:`ChangeRange.schema`): columns
+    it lacks dropped, columns the rows lack null, widened columns converted (exactly)."""
+    return pa.Table.from_arrays(
+        [table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+         for f in schema], schema=schema)
+
+
+def read_changes(store: Store, dataset_uuid: str, start_version: int, end_version: int | None = None) -> pa.Table:
+    """The row changes of versions ``start_version`` .. ``end_version`` (inclusive; None:
+    the newest), oldest first (see the module docstring): :func:`plan_changes`, then
+    :func:`version_changes` of each version, in one table (:func:`_concat`).
+    """
+    changes = plan_changes(store, dataset_uuid, start_version, end_version)
+    parts: list[pa.Table] = []
+    before: DatasetMetadata | None = None
+    previous = None
+    for entry in changes.entries:
+        if previous is None or entry.version != previous + 1:
+            before = None  # (a version without row changes between: load the one before)
+        got, before = version_changes(store, changes, entry, before)
+        parts += got
+        previous = entry.version
     if not parts:
-        return _empty(newest, store)
-    return pa.concat_tables(parts, promote_options="default")
+        return changes.schema.empty_table()
+    return _concat(parts)
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    """The changes of several versions in one table, the data columns in the newest version's
+    order (then those only older versions have), the change columns last: a column the
+    schema gained reads null in versions before; a column that widened (``schema_mode=
+    "merge"``) has its newest type, older versions' values converted exactly (the widening
+    rule guarantees it)."""
+    fields: dict[str, pa.Field] = {}
+    for part in reversed(parts):  # the newest version's type first
+        for f in part.schema:
+            fields.setdefault(f.name, f)
+    names = [n for n in fields if n not in CHANGE_COLUMNS] + list(CHANGE_COLUMNS)
+    try:
+        return pa.concat_tables(parts, promote_options="permissive").select(names)
+    except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass  # a kind permissive promotion does not join (date -> timestamp)
+    schema = pa.schema([fields[n] for n in names])
+    return pa.concat_tables([
+        pa.Table.from_arrays([part.column(n).cast(fields[n].type) if n in part.column_names
+                              else pa.nulls(part.num_rows, fields[n].type) for n in names], schema=schema)
+        for part in parts])
 
 
 def _entry(store: Store, uuid: str, v: int, start: int, end: int) -> LogEntry:

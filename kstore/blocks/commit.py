@@ -54,9 +54,17 @@ from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import AddedFile, Delete, Operation, Restore
+from kstore.core.operations import AddedFile, Delete, Operation, Overwrite, Restore
 from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_parts, encode_actions, main_file_bytes
-from kstore.core.types import merge_schemas, schema_pandas_metadata, with_pandas_metadata
+from kstore.core.stats import exact_int64_columns, stats_table
+from kstore.core.types import (
+    check_partitioning,
+    merge_schemas,
+    normalize_type,
+    schema_pandas_metadata,
+    with_pandas_metadata,
+    without_file_kinds,
+)
 from kstore.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -65,6 +73,7 @@ from kstore.errors import (
     KeyNotFoundError,
     KstoreError,
     UnsafeStoreWarning,
+    UnsupportedTypeError,
     VersionNotFoundError,
 )
 from kstore.io.store import Store
@@ -166,15 +175,51 @@ def oldest_file_ms(keys: Sequence[str]) -> int | None:
 
 
 def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, new: pa.Schema | None,
-                   op: Operation, uuid: str) -> pa.Schema | None:
-    if op.creates or op.resets or base is None:
+                   op: Operation, uuid: str, files: Sequence[WrittenFile]) -> pa.Schema | None:
+    """The schema of the version ``op`` makes: its data's schema for a new or reset dataset,
+    else the base schema merged with it (:func:`~kstore.core.types.merge_schemas`): partition
+    and indexed columns keep their kind of type, and an ``int64`` column meets a ``double``
+    only where the statistics of the ``int64`` side (the base's files, or ``files``) show
+    every value exact in a ``double``."""
+    if op.resets or base is None or (op.creates and not _overwrite_keeps_schema(op)):
         return new
     if new is None:
         return base_schema
-    merged = merge_schemas(base_schema, new, dataset=uuid, allow_new_columns=op.schema_mode == "merge")
+    assert base_schema is not None
+    if op.creates:  # a full overwrite (no file of the base stays): the new data must fit its schema
+        check_partitioning(uuid, base.partition_keys, op.partition_on or ())
+        merged = merge_schemas(base_schema, new, dataset=uuid, mode=op.schema_mode, exact_int64=new.names)
+        return without_file_kinds(merged)  # every file is new
+    fixed = {*op.partition_keys_on(base), *base.indices, *base.inline_indices, *op.index_columns}
+    known = len(files) >= len(op.added) and all(f.stats is not None for f in files)
+    new_stats = stats_table([f.label for f in files], [f.stats for f in files], new) if known else None
+    exact = exact_int64_columns(base_schema, new, base.files.base if base.columnar else None, new_stats)
+    merged = merge_schemas(base_schema, new, dataset=uuid, mode=op.schema_mode, fixed=fixed, exact_int64=exact)
     if merged.equals(base_schema, check_metadata=False):
         return base_schema
     return with_pandas_metadata(merged, schema_pandas_metadata(base_schema) or schema_pandas_metadata(new))
+
+
+def _overwrite_keeps_schema(op: Operation) -> bool:
+    """A full overwrite whose data must fit the dataset's schema (``schema_mode`` other than
+    ``"overwrite"``, Delta's rule)."""
+    return isinstance(op, Overwrite) and op.schema_mode != "overwrite"
+
+
+def _changes_kind(old: pa.Schema | None, new: pa.Schema | None) -> bool:
+    """Whether a column of ``old`` has a type of another kind in ``new`` (a widening of
+    ``schema_mode="merge"``: ``int32`` -> ``double``, ``date`` -> ``timestamp``, decimals)."""
+    if old is None or new is None:
+        return False
+    for f in old:
+        i = new.get_field_index(f.name)
+        if i >= 0 and not f.type.equals(new.field(i).type):
+            try:
+                if not normalize_type(f.type).equals(normalize_type(new.field(i).type)):
+                    return True
+            except UnsupportedTypeError:
+                return True
+    return False
 
 
 def commit(
@@ -516,10 +561,16 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     built: dict[str, ColumnIndex] = {}
     wanted: list[str] = []
     if not op.is_fence:
-        base_schema = load.load_schema(store, base) if (base is not None and not op.creates) else None
-        new_schema = _merged_schema(base, base_schema, schema, op, dataset_uuid)
+        keeps = base is not None and (not op.creates or _overwrite_keeps_schema(op))
+        base_schema = load.load_schema(store, base) if keeps and base is not None else None
+        new_schema = _merged_schema(base, base_schema, schema, op, dataset_uuid, files)
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
+        if base is not None and not reset and _changes_kind(base_schema, new_schema):
+            # a widened column: the statistics of every file take its new type, and this
+            # commit records the whole state (replay never meets bounds of both types)
+            base = base.with_files(base.files.with_bound_types(new_schema))
+            reset = True
         wanted = _index_columns(base, op, new_schema, dataset_uuid)
         pkeys = op.partition_keys_on(base)
         # partition columns are not in the files (their statistics would be all null) and

@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.types as pat
 
 from kstore.blocks import load
 from kstore.blocks.commit import commit, owning_files
@@ -55,16 +56,19 @@ from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS, CommitOptions, plai
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
 from kstore.core.operations import (
+    SCHEMA_MODES,
     Append,
     Create,
     DeleteScope,
     Operation,
     Overwrite,
     OverwritePartitions,
+    SchemaMode,
     txn_committed,
 )
 from kstore.core.runtime import pool_size
-from kstore.core.types import drop_stale_type_hints, merge_schemas
+from kstore.core.stats import exact_int64_columns, file_stats, stats_table
+from kstore.core.types import check_partitioning, drop_stale_type_hints, merge_schemas
 from kstore.core.writer_options import DEFAULT_OPTIONS, WriteOptions
 from kstore.errors import (
     DatasetExistsError,
@@ -75,7 +79,7 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.write")
 
-__all__ = ["WriteMode", "WRITE_MODES", "WriteRequest", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "merge_worker_schemas", "finish_write",
+__all__ = ["WriteMode", "WRITE_MODES", "SchemaMode", "WriteRequest", "WriteJob", "WriteOptions", "prepare_write", "check_schema", "check_fits", "merge_worker_schemas", "finish_write",
            "delete_files", "as_columns", "write_files"]
 
 WriteMode = Literal["error", "overwrite", "append", "overwrite_partitions"]
@@ -95,7 +99,7 @@ class WriteJob:
     table_name: str
     base: DatasetMetadata | None
     base_schema: pa.Schema | None
-    schema_mode: Literal["strict", "merge"] = "strict"
+    schema_mode: SchemaMode = "strict"
     delete_scope: tuple[Mapping[str, Any], ...] | None = None
     metadata: Mapping[str, Any] | None = None
     metadata_format: MetadataFormat | None = None
@@ -120,6 +124,14 @@ class WriteJob:
     def creates(self) -> bool:
         """True when this write makes a new dataset (or replaces one)."""
         return self.mode in ("error", "overwrite") or self.base is None
+
+    @property
+    def keeps_schema(self) -> bool:
+        """True when the new data must fit the dataset's schema: a write to an existing
+        dataset, a full overwrite too unless ``schema_mode="overwrite"`` (Delta's rule)."""
+        if self.base is None:
+            return False
+        return not self.creates or (self.mode == "overwrite" and self.schema_mode != "overwrite")
 
     @property
     def existing(self) -> DatasetMetadata:
@@ -173,7 +185,7 @@ class WriteRequest:
     partition_on: tuple[str, ...] = ()
     secondary_indices: tuple[str, ...] = ()
     table_name: str = naming.DEFAULT_TABLE
-    schema_mode: Literal["strict", "merge"] = "strict"
+    schema_mode: SchemaMode = "strict"
     delete_scope: tuple[Mapping[str, Any], ...] | None = None
     metadata_format: MetadataFormat | None = None
     must_exist: bool = False
@@ -198,7 +210,10 @@ class WriteRequest:
         naming.validate_name(table_name, "table name")
         as_choice(mode, WRITE_MODES, "mode")
         schema_mode = given.get("schema_mode", "strict")
-        as_choice(schema_mode, ("strict", "merge"), "schema_mode")
+        as_choice(schema_mode, SCHEMA_MODES, "schema_mode")
+        if schema_mode == "overwrite" and mode != "overwrite":
+            raise InvalidArgumentError(f"dataset {dataset_uuid!r}: schema_mode='overwrite' replaces the dataset's "
+                                       f"schema and needs mode='overwrite', not mode={mode!r}")
         metadata_format = given.get("metadata_format")
         if metadata_format is not None:
             as_choice(metadata_format, naming.METADATA_FORMATS, "metadata_format")
@@ -260,6 +275,13 @@ def prepare_write(store: Store, dataset_uuid: str, request: WriteRequest) -> Wri
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: delete_scope needs an existing dataset")
         if mode == "overwrite_partitions" and not pon:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: mode='overwrite_partitions' needs partition_on")
+        if job.keeps_schema:  # a full overwrite keeping the schema and partitioning (Delta's rule)
+            assert base is not None
+            pon = pon or base.partition_keys  # none given: the dataset's
+            check_partitioning(dataset_uuid, base.partition_keys, pon)
+            return replace(job, partition_on=tuple(pon), base_schema=load.load_schema(store, base),
+                           index_columns=tuple(c for c in sec if c not in pon),
+                           requested_indices=tuple(c for c in sec if c not in pon))
         return job
     base = job.existing
     if table_name not in (naming.DEFAULT_TABLE, base.table):
@@ -351,12 +373,41 @@ def write_files(
 def check_schema(job: WriteJob, sample: Any) -> pa.Schema:
     """Validate the columns of ``sample`` (a frame/table, possibly empty) for ``job``; return
     its normalized schema. Drivers call it on the client before workers start."""
-    schema = table_schema(to_arrow(sample, dataset=job.dataset_uuid), partition_on=job.partition_on,
-                          secondary_indices=job.index_columns, dataset=job.dataset_uuid)
+    table = to_arrow(sample, dataset=job.dataset_uuid)
+    schema = table_schema(table, partition_on=job.partition_on, secondary_indices=job.index_columns,
+                          dataset=job.dataset_uuid)
     job.options.check_columns(schema, job.partition_on, dataset=job.dataset_uuid)
-    if job.base_schema is not None and not job.creates:
-        merge_schemas(job.base_schema, schema, dataset=job.dataset_uuid, allow_new_columns=job.schema_mode == "merge")
+    check_fits(job, schema, table)
     return schema
+
+
+def check_fits(job: WriteJob, schema: pa.Schema, table: pa.Table) -> None:
+    """SchemaMismatchError unless new data of ``schema`` (``table``: its values, or a sample;
+    an empty one for data not seen yet) fits the dataset ``job`` writes to: the schema
+    check of :func:`~kstore.core.types.merge_schemas` with the job's ``schema_mode``,
+    made again by the commit with the written files."""
+    if job.base_schema is None or not job.keeps_schema:
+        return
+    if job.creates:  # a full overwrite: no file of the dataset stays, any widening keeps every value
+        merge_schemas(job.base_schema, schema, dataset=job.dataset_uuid, mode=job.schema_mode,
+                      exact_int64=schema.names)
+        return
+    merge_schemas(job.base_schema, schema, dataset=job.dataset_uuid, mode=job.schema_mode,
+                  fixed={*job.partition_on, *job.index_columns}, exact_int64=_exact_int64(job, schema, table))
+
+
+def _exact_int64(job: WriteJob, schema: pa.Schema, table: pa.Table) -> frozenset[str]:
+    """The columns an ``int64`` / ``double`` mismatch between the dataset and ``table`` may
+    widen (:func:`~kstore.core.stats.exact_int64_columns`; the commit checks again with the
+    written files' statistics and the newest version's)."""
+    base, base_schema = job.base, job.base_schema
+    assert base is not None and base_schema is not None
+    ints = [f.name for f in schema if f.name in base_schema.names and f.name in table.column_names
+            and {pat.is_integer(f.type), pat.is_integer(base_schema.field(f.name).type)} == {True, False}]
+    if not ints:
+        return frozenset()
+    new_stats = stats_table([""], [file_stats(table.select(ints), 0)], schema)
+    return exact_int64_columns(base_schema, schema, base.files.base if base.columnar else None, new_stats)
 
 
 def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> pa.Schema | None:
@@ -366,7 +417,7 @@ def merge_worker_schemas(job: WriteJob, schemas: Sequence[pa.Schema | None]) -> 
         if s is None:
             continue
         out = s if out is None else merge_schemas(out, s, dataset=job.dataset_uuid,
-                                                  allow_new_columns=job.schema_mode == "merge")
+                                                  mode=job.schema_mode)
     return out
 
 
@@ -393,7 +444,7 @@ def _commit_job(job: WriteJob, files: list[WrittenFile], schema: pa.Schema | Non
     if job.creates:
         fresh = Overwrite if job.mode == "overwrite" and job.base is not None else Create
         op: Operation = fresh(partition_on=job.partition_on, index_columns=job.index_columns, metadata=job.metadata,
-                              table=job.table_name, txn=job.txn, info=job.info, metadata_format=job.metadata_format,
+                              schema_mode=job.schema_mode, table=job.table_name, txn=job.txn, info=job.info, metadata_format=job.metadata_format,
                               seen_version=_seen_version(job))
     else:
         if job.delete_scope is not None or job.mode == "overwrite_partitions":

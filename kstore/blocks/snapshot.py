@@ -41,6 +41,7 @@ from kstore.core.arguments import as_bool, as_columns, as_workers, predicates_or
 from kstore.core.commit_options import CommitOptions
 from kstore.core.index import ColumnIndex
 from kstore.core.metadata import DatasetMetadata
+from kstore.core.operations import SchemaMode
 from kstore.core.planning import ReadPlan
 from kstore.core.planning import plan_read as _plan
 from kstore.core.predicates import Predicates, columns_of, parse
@@ -534,7 +535,7 @@ class Snapshot:
     # -- typed operations: each is one commit built on this version -------------------------
 
     def append(self, data: Any, *, secondary_indices: str | Sequence[str] | None = None,
-               schema_mode: Literal["strict", "merge"] = "strict", write_options: Any = None,
+               schema_mode: SchemaMode = "strict", write_options: Any = None,
                sort_by: str | Sequence[str] | None = None,
                options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
         """Add ``data`` as new files; one commit. Returns the committed version's snapshot.
@@ -548,7 +549,8 @@ class Snapshot:
         secondary_indices
             Columns to index in addition to the dataset's indices.
         schema_mode
-            ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added).
+            ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added,
+            columns widen where no value changes: docs/guides/schema.md).
         write_options, sort_by
             How the files are encoded (:class:`~kstore.WriteOptions`), clustering columns.
         options
@@ -566,7 +568,7 @@ class Snapshot:
         """
         return self._write(data, "append", None, secondary_indices, schema_mode, write_options, sort_by, options)
 
-    def overwrite_partitions(self, data: Any, *, schema_mode: Literal["strict", "merge"] = "strict",
+    def overwrite_partitions(self, data: Any, *, schema_mode: SchemaMode = "strict",
                              write_options: Any = None, sort_by: str | Sequence[str] | None = None,
                              options: CommitOptions | Mapping[str, Any] | None = None) -> Snapshot:
         """Replace every partition ``data`` has rows for with ``data``; one commit.
@@ -840,7 +842,7 @@ class Snapshot:
 
     def _write(self, data: Any, mode: Literal["append", "overwrite_partitions"],
                scope: Sequence[Mapping[str, Any]] | None, secondary_indices: str | Sequence[str] | None,
-               schema_mode: Literal["strict", "merge"], write_options: Any, sort_by: str | Sequence[str] | None,
+               schema_mode: SchemaMode, write_options: Any, sort_by: str | Sequence[str] | None,
                options: CommitOptions | Mapping[str, Any] | None) -> Snapshot:
         from kstore.blocks.job import WriteRequest, finish_write, prepare_write, write_files
 

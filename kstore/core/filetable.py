@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.core.index import ColumnIndex, index_storage_type
-from kstore.core.stats import FileStats, in_microseconds, stats_table
+from kstore.core.stats import FileStats, bound_type, in_microseconds, stats_table
 from kstore.core.types import decoded_schema
 from kstore.errors import CorruptMetadataError
 
@@ -270,6 +270,26 @@ class FileTable:
                                                                    if c not in ("label", "table", "key")]]))
 
     # -- queries -----------------------------------------------------------------------
+
+    def with_bound_types(self, schema: pa.Schema) -> FileTable:
+        """This table with the ``min:`` / ``max:`` statistics of every column of ``schema``
+        in that column's type (:func:`~kstore.core.stats.bound_type`): after a column
+        widened (``schema_mode="merge"``), the bounds of the files written before.
+
+        >>> ft = FileTable(pa.table({"label": ["a"], "table": ["t"], "key": ["d/t/a.parquet"],
+        ...                          "min:d": pa.array([0], pa.date32()), "max:d": pa.array([1], pa.date32()),
+        ...                          "nulls:d": [0]}))
+        >>> ft.with_bound_types(pa.schema([("d", pa.timestamp("us"))])).table.schema.field("max:d").type
+        TimestampType(timestamp[us])
+        """
+        rows = self._rows
+        for f in schema:
+            want = bound_type(f.type)
+            for name in ("min:" + f.name, "max:" + f.name):
+                i = rows.schema.get_field_index(name)
+                if i >= 0 and not rows.schema.field(i).type.equals(want):
+                    rows = rows.set_column(i, name, rows.column(i).cast(want))
+        return self if rows is self._rows else self._same_kind(rows)
 
     def __len__(self) -> int:
         return int(self._stored.num_rows)

@@ -37,8 +37,15 @@ from kstore.errors import (
 __all__ = [
     "Operation", "OperationKind", "AddedFile", "next_version", "txn_committed", "Create", "Overwrite", "Append", "DeleteScope",
     "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "UpdateRows", "Merge", "Compaction", "Upgrade",
-    "Vacuum", "Delete", "Restore",
+    "Vacuum", "Delete", "Restore", "SchemaMode", "SCHEMA_MODES",
 ]
+
+#: How a write's schema meets the dataset's: ``"strict"`` (the columns and their kinds of type
+#: must match), ``"merge"`` (new columns are added, columns widen without changing a value:
+#: :func:`kstore.core.types.merge_schemas`), ``"overwrite"`` (a full overwrite replaces the
+#: schema and the partitioning: Delta's ``overwriteSchema``).
+SchemaMode = Literal["strict", "merge", "overwrite"]
+SCHEMA_MODES: tuple[SchemaMode, ...] = ("strict", "merge", "overwrite")
 
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
@@ -102,7 +109,7 @@ class Operation:
     index_columns: tuple[str, ...] = ()
     drop_index_columns: tuple[str, ...] = ()
     metadata: Mapping[str, Any] | None = None
-    schema_mode: Literal["strict", "merge"] = "strict"
+    schema_mode: SchemaMode = "strict"
     table: str = naming.DEFAULT_TABLE
     txn: tuple[str, int] | None = None
     scope_labels: frozenset[str] | None = None

@@ -480,7 +480,7 @@ def conform_files(table: pa.Table, schema: pa.Schema | None, where: str, *, deri
     index lists of columns the schema lacks are dropped; any defect is a
     CorruptMetadataError naming ``where`` and the column. ``derived``: a checkpoint's rows
     without ``table`` and ``key`` (see :data:`DERIVED_KEY`)."""
-    from kstore.core.stats import _bound_type, _conform_column, _orderable, in_microseconds
+    from kstore.core.stats import _conform_column, _orderable, bound_type, in_microseconds
     from kstore.core.types import duplicate_names
 
     dupes = duplicate_names(table.column_names)
@@ -514,7 +514,7 @@ def conform_files(table: pa.Table, schema: pa.Schema | None, where: str, *, deri
         missing = [n for n in trio if n not in names]
         if missing:
             raise CorruptMetadataError(f"{where}: column {c!r} has statistics without {missing}")
-        bound = _bound_type(schema.field(i).type)  # type: ignore[union-attr]
+        bound = bound_type(schema.field(i).type)  # type: ignore[union-attr]
         for n, want in zip(trio, (bound, bound, pa.int64())):
             table = _conform_column(table, n, want, where, f"statistic {n.split(':')[0]!r} of column {c!r}")
         keep.extend(trio)

@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from kstore.core.predicates import Term
-from kstore.core.types import normalize_type
+from kstore.core.types import EXACT_IN_DOUBLE, normalize_type
 from kstore.errors import CorruptMetadataError, UnsupportedTypeError
 
 __all__ = ["FileStats", "file_stats", "stats_table", "check_stats_table", "stats_by_label", "prune_mask",
-           "merge_stats_tables", "in_microseconds"]
+           "merge_stats_tables", "in_microseconds", "bound_type", "exact_int64_columns"]
 
 _MAX_STR = 256  # longer string/binary bounds are not kept (the column stays "unknown")
 
@@ -91,10 +91,57 @@ def stats_table(labels: Sequence[str], stats: Sequence[FileStats], schema: pa.Sc
     return pa.table(arrays)
 
 
-def _bound_type(t: pa.DataType) -> pa.DataType:
+def bound_type(t: pa.DataType) -> pa.DataType:
     """The type of a column's ``min:``/``max:`` statistics (timestamps in microseconds)."""
     t = t.value_type if pat.is_dictionary(t) else t
     return pa.timestamp("us", t.tz) if pat.is_timestamp(t) else t
+
+
+def _shown_exact(stats: pa.Table | None, column: str) -> bool:
+    """Whether ``stats`` (the ``_kstore/stats`` layout) show every value of ``column`` within
+    +-2**53: a file without values of it counts, a file with unknown bounds does not."""
+    if stats is None:
+        return False
+    if stats.num_rows == 0:
+        return True
+    names = [f"min:{column}", f"max:{column}", f"nulls:{column}"]
+    if any(n not in stats.column_names for n in names):
+        return False
+    lo, hi, nulls = (stats.column(n) for n in names)
+    if not (pat.is_integer(lo.type) and pat.is_integer(hi.type)):
+        return False
+    empty = pc.equal(nulls, stats.column("rows"))
+    inside = pc.and_kleene(pc.greater_equal(lo, -EXACT_IN_DOUBLE), pc.less_equal(hi, EXACT_IN_DOUBLE))
+    return pc.all(pc.or_kleene(empty, inside), skip_nulls=False).as_py() is True
+
+
+def exact_int64_columns(existing: pa.Schema, new: pa.Schema, existing_stats: pa.Table | None,
+                        new_stats: pa.Table | None) -> frozenset[str]:
+    """The columns that are integers on one side and floats on the other, whose integer
+    side's statistics show every value exact in a ``double`` (within +-2**53): where
+    :func:`~kstore.core.types.merge_schemas` may widen an ``int64`` column to ``double``.
+    ``existing_stats`` / ``new_stats`` are statistics tables (the ``_kstore/stats`` layout)
+    of the dataset's files and of the new data; None: unknown (nothing shown).
+
+    >>> s = stats_table(["a"], [file_stats(pa.table({"k": [1, 2**53]}), 0)], pa.schema([("k", pa.int64())]))
+    >>> ints, floats = pa.schema([("k", pa.int64())]), pa.schema([("k", pa.float64())])
+    >>> sorted(exact_int64_columns(ints, floats, s, None)), sorted(exact_int64_columns(floats, ints, None, s))
+    (['k'], ['k'])
+    >>> big = stats_table(["a"], [file_stats(pa.table({"k": [2**53 + 1]}), 0)], ints)
+    >>> sorted(exact_int64_columns(ints, floats, big, None))
+    []
+    """
+    out = set()
+    for f in existing:
+        i = new.get_field_index(f.name)
+        if i < 0:
+            continue
+        nt = new.field(i).type
+        if pat.is_integer(f.type) and pat.is_floating(nt) and _shown_exact(existing_stats, f.name):
+            out.add(f.name)
+        elif pat.is_floating(f.type) and pat.is_integer(nt) and _shown_exact(new_stats, f.name):
+            out.add(f.name)
+    return frozenset(out)
 
 
 def _conform_column(table: pa.Table, name: str, want: pa.DataType, what: str, subject: str) -> pa.Table:
@@ -139,7 +186,7 @@ def check_stats_table(stats: pa.Table, schema: pa.Schema | None, *, what: str) -
         missing = [n for n in names if n not in stats.column_names]
         if missing:
             raise CorruptMetadataError(f"{what}: column {c!r} has statistics without {missing}")
-        bound = _bound_type(schema.field(idx).type) if schema is not None else stats.column(names[0]).type
+        bound = bound_type(schema.field(idx).type) if schema is not None else stats.column(names[0]).type
         if not _orderable(bound):
             raise CorruptMetadataError(f"{what}: statistics of column {c!r} are {bound}, which has no order")
         for n, want in zip(names, (bound, bound, pa.int64())):

@@ -42,7 +42,7 @@ import datetime as dt
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -275,12 +275,77 @@ def _merged_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     return a
 
 
+#: the largest integer magnitude a float64 holds exactly (2**53): an ``int64`` column widens
+#: to ``double`` only when every value it holds is within it
+EXACT_IN_DOUBLE = 2**53
+
+
+def widened_type(a: pa.DataType, b: pa.DataType, *, exact_int64: bool = False) -> pa.DataType | None:
+    """The type a column of type ``a`` becomes to hold values of type ``b`` as well, when
+    one widens to the other without changing a value (Delta's type widening, what
+    ``schema_mode="merge"`` allows beyond :func:`merge_schemas`' matching types); None when
+    neither does.
+
+    * an integer of at most 32 bits and a float -> ``double`` (every such value is exact);
+      ``int64`` too when ``exact_int64`` (the caller has shown every ``int64`` value of the
+      column to be within +-2**53; beyond it a ``double`` rounds, and Delta and Iceberg
+      refuse this change for that reason);
+    * ``date32`` and a time-zone-naive timestamp -> ``timestamp[us]`` (midnight);
+    * two decimals -> the decimal that holds the integer digits and the scale of both
+      (at most 38 digits).
+
+    >>> widened_type(pa.int32(), pa.float64()), widened_type(pa.date32(), pa.timestamp("ns"))
+    (DataType(double), TimestampType(timestamp[us]))
+    >>> widened_type(pa.decimal128(10, 2), pa.decimal128(8, 4))
+    Decimal128Type(decimal128(12, 4))
+    >>> widened_type(pa.int64(), pa.float64()) is None, widened_type(pa.int64(), pa.float64(), exact_int64=True)
+    (True, DataType(double))
+    >>> widened_type(pa.string(), pa.int64()) is None
+    True
+    """
+    for x, y in ((a, b), (b, a)):
+        if pat.is_integer(x) and pat.is_floating(y):
+            if x.bit_width <= 32 or exact_int64:
+                return pa.float64()
+            return None
+        if pat.is_date32(x) and pat.is_timestamp(y) and y.tz is None:
+            return pa.timestamp("us")
+    if pat.is_decimal(a) and pat.is_decimal(b):
+        scale = max(a.scale, b.scale)
+        digits = max(a.precision - a.scale, b.precision - b.scale) + scale
+        if digits > 38 or scale < 0:
+            return None
+        return pa.decimal128(digits, scale)
+    return None
+
+
+def _widening_refusal(name: str, old: pa.DataType, new: pa.DataType, *, dataset: str, fixed: bool,
+                      exact_int64: bool) -> str:
+    """Why ``schema_mode="merge"`` does not widen column ``name`` (empty: it does)."""
+    if widened_type(old, new, exact_int64=exact_int64) is not None:
+        if fixed:
+            return (f"dataset {dataset!r}: column {name!r} is {describe(old)} in the dataset but {describe(new)} "
+                    "in the new data, and it is a partition or indexed column, whose type does not change "
+                    "(its partition paths or index values are typed); cast the new data to "
+                    f"{describe(old)}")
+        return ""
+    if widened_type(old, new, exact_int64=True) is not None:  # int64 <-> double, not shown exact
+        return (f"dataset {dataset!r}: column {name!r} is {describe(old)} in the dataset but {describe(new)} "
+                "in the new data; an int64 column becomes double only when every value it holds is "
+                f"within +-2**53 (a double rounds larger ones), which the statistics of the dataset's "
+                "files and the new data do not show; cast the new data to the dataset's type")
+    return (f"dataset {dataset!r}: column {name!r} is {describe(old)} in the dataset "
+            f"but {describe(new)} in the new data")
+
+
 def merge_schemas(
     existing: pa.Schema | None,
     new: pa.Schema,
     *,
     dataset: str,
-    allow_new_columns: bool = False,
+    mode: str = "strict",
+    fixed: Collection[str] = (),
+    exact_int64: Collection[str] = (),
 ) -> pa.Schema:
     """Check that ``new`` fits ``existing`` and return the merged schema.
 
@@ -288,10 +353,21 @@ def merge_schemas(
     column has the wider of the two (an ``int32`` column that takes ``int64`` values
     becomes ``int64``; ``int16`` values leave it ``int32``). Raises
     :class:`SchemaMismatchError` naming the dataset, the column and both types.
-    Column order of ``existing`` wins; with ``allow_new_columns`` new columns are appended.
+    Values of a narrower kind that the column holds exactly fit in every mode (``int32``
+    values into a ``double`` column, ``date`` values into a ``timestamp`` one: the column
+    keeps its type). Column order of ``existing`` wins. With ``mode="merge"`` (``schema_mode="merge"``)
+    new columns are appended, missing ones kept, and a column widens to a type of another
+    kind where no value changes (:func:`widened_type`: ``int32`` -> ``double``,
+    ``date`` -> ``timestamp``, decimals), except the ``fixed`` columns (partition and
+    indexed columns); ``int64`` and ``double`` merge only for the ``exact_int64`` columns,
+    whose ``int64`` values the caller has shown to be exact in a ``double``.
 
     >>> merge_schemas(pa.schema([("a", pa.int32())]), pa.schema([("a", pa.int64())]), dataset="d")
     a: int64
+
+    >>> merge_schemas(pa.schema([("a", pa.int32())]), pa.schema([("a", pa.float64())]), dataset="d",
+    ...               mode="merge").field("a")
+    pyarrow.Field<a: double>
 
     >>> import pyarrow as pa
     >>> merge_schemas(pa.schema([("a", pa.int64())]), pa.schema([("a", pa.string())]),
@@ -302,14 +378,15 @@ def merge_schemas(
     """
     if existing is None:
         return new
+    evolve = mode == "merge"
     old_names, new_names = existing.names, new.names
     missing = [n for n in old_names if n not in new_names]
     added = [n for n in new_names if n not in old_names]
-    if missing and not allow_new_columns:
+    if missing and not evolve:
         raise SchemaMismatchError(
             f"dataset {dataset!r}: the new data lacks column(s) {missing} of the dataset"
         )
-    if added and not allow_new_columns:
+    if added and not evolve:
         index = [n for n in (schema_pandas_metadata(new) or {}).get("index_columns", []) if n in added]
         hint = (f"; {index} is the data's named index, which kstore stores as a column: reset_index(drop=True) "
                 "drops it" if index else "")
@@ -323,14 +400,75 @@ def merge_schemas(
             fields.append(f)
             continue
         nt = new.field(f.name).type
-        if not _types_match(f.type, nt):
-            raise SchemaMismatchError(
-                f"dataset {dataset!r}: column {f.name!r} is {describe(f.type)} in the dataset "
-                f"but {describe(nt)} in the new data"
-            )
-        fields.append(pa.field(f.name, _merged_type(f.type, nt)))
+        if _types_match(f.type, nt):
+            fields.append(f.with_type(_merged_type(f.type, nt)))
+            continue
+        exact = f.name in exact_int64
+        why = _widening_refusal(f.name, f.type, nt, dataset=dataset, fixed=f.name in fixed, exact_int64=exact)
+        if why:
+            raise SchemaMismatchError(why)
+        widened = widened_type(f.type, nt, exact_int64=exact)
+        assert widened is not None
+        if not evolve and not widened.equals(f.type):
+            raise SchemaMismatchError(f"dataset {dataset!r}: column {f.name!r} is {describe(f.type)} in the dataset "
+                                      f"but {describe(nt)} in the new data (pass schema_mode='merge' to widen "
+                                      "the column)")
+        other = f.type if not widened.equals(f.type) else nt  # the kind its files may hold now
+        fields.append(with_file_kinds(f.with_type(widened), [describe(other)]))
     fields.extend(new.field(n) for n in added)
     return pa.schema(fields, metadata=existing.metadata)
+
+
+#: field metadata of a dataset schema: the types (``describe``), comma-separated, of another
+#: kind than the field's own that files of the dataset may hold for it (after a widening);
+#: readers that convert per file (kstore's) need nothing, Spark's Parquet scan reads such a
+#: dataset through kstore's Python source
+FILE_KINDS = b"kstore.file_kinds"
+
+
+def file_kinds(f: pa.Field) -> list[str]:
+    """The types of another kind that files may hold for field ``f`` (:data:`FILE_KINDS`).
+
+    >>> f = with_file_kinds(pa.field("x", pa.float64()), ["int64"])
+    >>> file_kinds(f), file_kinds(with_file_kinds(f, ["int32", "int64"]))
+    (['int64'], ['int64', 'int32'])
+    """
+    raw = (f.metadata or {}).get(FILE_KINDS)
+    return [k for k in raw.decode("utf-8", "replace").split(",") if k] if raw else []
+
+
+def with_file_kinds(f: pa.Field, kinds: Sequence[str]) -> pa.Field:
+    """``f`` with ``kinds`` added to its :data:`FILE_KINDS`."""
+    merged = list(dict.fromkeys([*file_kinds(f), *kinds]))
+    return f.with_metadata({**(f.metadata or {}), FILE_KINDS: ",".join(merged).encode()})
+
+
+def without_file_kinds(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without :data:`FILE_KINDS` (a dataset whose every file was written with it)."""
+    def plain(f: pa.Field) -> pa.Field:
+        meta = {k: v for k, v in (f.metadata or {}).items() if k != FILE_KINDS}
+        return f.with_metadata(meta) if meta else f.remove_metadata()
+    if not any(FILE_KINDS in (f.metadata or {}) for f in schema):
+        return schema
+    return pa.schema([plain(f) for f in schema], metadata=schema.metadata)
+
+
+def check_partitioning(dataset_uuid: str, existing: Sequence[str], new: Sequence[str]) -> None:
+    """SchemaMismatchError when a full overwrite that keeps the schema (``schema_mode``
+    ``"strict"`` or ``"merge"``) would change the partition columns.
+
+    >>> check_partitioning("d", ["p"], ["p"])
+    >>> check_partitioning("d", ["p"], [])
+    Traceback (most recent call last):
+    ...
+    kstore.errors.SchemaMismatchError: dataset 'd' is partitioned on ['p']; an overwrite with partition_on=[] changes its partitioning: pass schema_mode='overwrite' to replace the schema and the partitioning
+    """
+    if tuple(existing) != tuple(new):
+        raise SchemaMismatchError(
+            f"dataset {dataset_uuid!r} is partitioned on {list(existing)}; an overwrite with partition_on="
+            f"{list(new)} changes its partitioning: pass schema_mode='overwrite' to replace the schema and the "
+            "partitioning"
+        )
 
 
 _PARTITION_OK = (

@@ -18,7 +18,8 @@ creates a missing dataset), ``partitionOverwriteMode`` (``dynamic`` with
 ``mode("overwrite")``: ``overwrite_partitions``), ``replaceWhere`` (with
 ``mode("overwrite")``: partition-column ``=`` / ``IN`` conditions joined by ``AND``; the
 partitions they select are replaced, and rows outside them fail the write, as in Delta),
-``schema_mode`` (``strict`` / ``merge``; Spark's ``mergeSchema=true`` is ``merge``),
+``schema_mode`` (``strict`` / ``merge`` / ``overwrite``; Delta's ``mergeSchema=true`` is
+``merge``, ``overwriteSchema=true`` is ``overwrite``, with ``mode("overwrite")``),
 ``table``, ``metadata``
 (JSON object), ``metadata_format``, ``txn`` (``"app_id:version"``), ``chunk_bytes``, and the
 file encoding (:class:`kstore.WriteOptions`): ``compression``, ``compression_level``,
@@ -44,7 +45,10 @@ MiB, and spread over at least ``min_partitions`` tasks when there are enough fil
 default: the driver's CPU count). Spark 4.3 does not tell a Python data source which columns a
 query uses (its scan builder takes filters only), so ``.select`` after ``load()`` still
 reads every column: pass ``columns`` (or a ``.schema(...)`` naming the columns) to read
-fewer. Any other option raises
+fewer. ``readChangeFeed=true`` with ``startingVersion`` / ``startingTimestamp`` and optional
+``endingVersion`` / ``endingTimestamp`` (Delta's change data feed) reads
+:func:`kstore.read_changes` instead, one input partition per version
+(:class:`ChangeFeedReader`). Any other option raises
 :class:`~kstore.errors.InvalidArgumentError` listing the valid ones, on reads and writes: a
 misspelt ``version`` must not silently read the latest data.
 
@@ -86,7 +90,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kstore.blocks.job import WriteMode
+from kstore.blocks.job import SchemaMode, WriteMode
 from kstore.blocks.write import WrittenFile
 from kstore.core.naming import DEFAULT_TABLE, MetadataFormat
 from kstore.core.predicates import Term
@@ -94,14 +98,18 @@ from kstore.core.writer_options import WriteOptions
 from kstore.errors import InvalidArgumentError
 from kstore.spark.reader import (
     WRITE_OPTIONS,
+    ChangeSource,
     ReadSource,
     check_options,
     decode_store,
     filter_to_term,
     plan_partitions,
+    read_change_partition,
     read_partition,
+    resolve_changes,
     resolve_source,
     store_and_dataset,
+    wants_changes,
 )
 from kstore.spark.writer import (
     DEFAULT_CHUNK_BYTES,
@@ -122,6 +130,8 @@ __all__ = [
     "KstoreWriter",
     "KstoreCommitMessage",
     "KstorePartition",
+    "ChangeFeedReader",
+    "ChangePartition",
 ]
 
 
@@ -133,6 +143,32 @@ class KstorePartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"KstorePartition({len(self.plan.tasks)} file(s): {', '.join(self.plan.labels[:3])}...)"
+
+
+class ChangePartition(InputPartition):
+    """One Spark input partition of a change-feed read: one version's log entry."""
+
+    def __init__(self, entry: Any) -> None:
+        self.entry = entry
+
+    def __repr__(self) -> str:
+        return f"ChangePartition(version {self.entry.version}: {self.entry.operation})"
+
+
+class ChangeFeedReader(DataSourceReader):
+    """The reader of ``readChangeFeed=true``: one input partition per version with row
+    changes, computed in the workers (:func:`kstore.blocks.changes.version_changes`)."""
+
+    def __init__(self, source: ChangeSource) -> None:
+        self.source = source
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [ChangePartition(e) for e in self.source.changes.entries]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ChangePartition):  # Spark's placeholder for "no versions"
+            return iter(())
+        return read_change_partition(self.source, partition.entry)
 
 
 class _Reader(DataSourceReader):
@@ -276,6 +312,16 @@ class KstoreDataSource(DataSource):
         """
         return "kstore"
 
+    def _changes(self) -> ChangeSource | None:
+        """The change-feed read the options ask for (``readChangeFeed=true``), else None."""
+        if not wants_changes(self.options):
+            return None
+        source = getattr(self, "_resolved_changes", None)
+        if source is None:
+            source = resolve_changes(self.options)
+            self._resolved_changes = source  # pickled with the data source: the range stays fixed
+        return source
+
     def _source(self) -> ReadSource:
         source = getattr(self, "_resolved", None)
         if source is None:
@@ -314,6 +360,9 @@ class KstoreDataSource(DataSource):
         kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); ...
         >>> tmp.cleanup()
         """
+        changes = self._changes()
+        if changes is not None:
+            return changes.spark_schema
         return self._source().spark_schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -349,6 +398,12 @@ class KstoreDataSource(DataSource):
         (2, [1, 2])
         >>> tmp.cleanup()
         """
+        changes = self._changes()
+        if changes is not None:
+            if schema is not None and schema.fieldNames() != changes.spark_schema.fieldNames():
+                raise InvalidArgumentError(f"dataset {changes.changes.dataset_uuid!r}: a change-feed read has the "
+                                           "schema Spark asked for first; select columns after load()")
+            return ChangeFeedReader(changes)
         source = self._source()
         if schema is not None and [f.name for f in schema.fields] != source.spark_schema.fieldNames():
             missing = [f.name for f in schema.fields if f.name not in source.schema.names]
@@ -441,21 +496,26 @@ class KstoreDataSource(DataSource):
 _WRITE_MODES = ("error", "append", "overwrite", "overwrite_partitions", "ignore")
 
 
-def _schema_mode(opts: dict[str, str]) -> Literal["strict", "merge"]:
-    """``schema_mode``, or Spark's ``mergeSchema`` (``true`` -> ``merge``); both must agree."""
+def _schema_mode(opts: dict[str, str]) -> SchemaMode:
+    """``schema_mode``, or Delta's ``mergeSchema`` (``true`` -> ``merge``) or
+    ``overwriteSchema`` (``true`` -> ``overwrite``); what is given must agree."""
     mode = (opts.get("schema_mode") or "").strip().lower() or None
-    merge = opts.get("mergeSchema")
-    if merge is not None:
-        flag = merge.strip().lower()
+    given = "schema_mode"
+    for option, when_true in (("mergeSchema", "merge"), ("overwriteSchema", "overwrite")):
+        raw = opts.get(option)
+        if raw is None:
+            continue
+        flag = raw.strip().lower()
         if flag not in ("true", "false"):
-            raise InvalidArgumentError(f"option mergeSchema must be 'true' or 'false', got {merge!r}")
-        implied = "merge" if flag == "true" else "strict"
-        if mode is not None and mode != implied:
-            raise InvalidArgumentError(
-                f"options mergeSchema={merge!r} and schema_mode={opts['schema_mode']!r} disagree; pass one of them"
-            )
-        mode = implied
-    return cast(Literal["strict", "merge"], mode or "strict")  # checked by prepare_write (a closed choice)
+            raise InvalidArgumentError(f"option {option} must be 'true' or 'false', got {raw!r}")
+        if flag == "false":
+            if mode == when_true:
+                raise InvalidArgumentError(f"options {option}={raw!r} and {given}={mode!r} disagree; pass one of them")
+            continue
+        if mode is not None and mode != when_true:
+            raise InvalidArgumentError(f"options {option}={raw!r} and {given}={mode!r} disagree; pass one of them")
+        mode, given = when_true, option
+    return cast(SchemaMode, mode or "strict")  # checked by prepare_write (a closed choice)
 
 
 def _write_mode(opts: dict[str, str], overwrite: bool, store: Any, uuid: str,

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.types as pat
 
+from kstore.blocks.changes import ChangeRange
 from kstore.blocks.read import read_task
 from kstore.blocks.snapshot import open_snapshot
+from kstore.core.log import LogEntry
 from kstore.core.planning import ReadPlan, ReadTask, file_sizes, pack_in_order
 from kstore.core.predicates import DNF, Predicates, Term, bind, parse
 from kstore.errors import InvalidArgumentError, KstoreError
@@ -63,7 +65,11 @@ BATCH_ROWS = 65_536
 
 #: Read options of the ``kstore`` data source (see :mod:`kstore.spark.datasource`).
 READ_OPTIONS = ("path", "store", "dataset_uuid", "version", "as_of", "columns", "predicates", "table",
-                "partition_bytes", "min_partitions")
+                "partition_bytes", "min_partitions",
+                # Delta's change data feed (:func:`resolve_changes`)
+                "readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
+#: the read options of the change feed (the others, but the store's and the dataset's, do not apply)
+CHANGE_FEED_OPTIONS = ("readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
 #: Write options of the ``kstore`` data source.
 WRITE_OPTIONS = ("path", "store", "dataset_uuid", "partition_on", "secondary_indices", "write_mode", "schema_mode",
                  "table", "metadata", "metadata_format", "txn", "chunk_bytes",
@@ -71,7 +77,7 @@ WRITE_OPTIONS = ("path", "store", "dataset_uuid", "partition_on", "secondary_ind
                  "compression", "compression_level", "row_group_size", "data_page_size", "write_page_index",
                  "bloom_filters", "use_dictionary", "sort_by",
                  # Spark's and Delta's names (``mergeSchema`` -> ``schema_mode=merge``, ...)
-                 "mergeSchema", "partitionOverwriteMode", "replaceWhere")
+                 "mergeSchema", "overwriteSchema", "partitionOverwriteMode", "replaceWhere")
 #: Delta Lake's time-travel option names, accepted as aliases (Spark lower-cases option names).
 OPTION_ALIASES = {"versionasof": "version", "timestampasof": "as_of"}
 #: PySpark builds a pushed decimal literal in Python's default 28-digit context, so a literal
@@ -285,6 +291,100 @@ def resolve_source(options: Mapping[str, str]) -> ReadSource:
         partition_bytes=pbytes,
         min_partitions=max(1, min_parts),
     )
+
+
+# -- the change feed ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangeSource:
+    """What a Spark read of a dataset's change feed needs (picklable; resolved on the driver):
+    the checked range (:class:`kstore.blocks.changes.ChangeRange`) and its Spark schema."""
+
+    store: Callable[[], Store]
+    changes: ChangeRange
+    spark_schema: StructType
+
+
+def wants_changes(options: Mapping[str, str]) -> bool:
+    """Whether the read options ask for the change feed (Delta's ``readChangeFeed=true``)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    raw = opts.get("readchangefeed")
+    if raw is None:
+        if any(k.lower() in opts for k in CHANGE_FEED_OPTIONS):
+            raise InvalidArgumentError("the options startingVersion / endingVersion / startingTimestamp / "
+                                       "endingTimestamp read the change feed: add readChangeFeed=true")
+        return False
+    flag = raw.strip().lower()
+    if flag not in ("true", "false"):
+        raise InvalidArgumentError(f"option readChangeFeed must be 'true' or 'false', got {raw!r}")
+    return flag == "true"
+
+
+def _version_option(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"option {name} must be a version number, got {raw!r}") from exc
+    if value < 0:
+        raise InvalidArgumentError(f"option {name} must be a version number >= 0, got {raw!r}")
+    return value
+
+
+def resolve_changes(options: Mapping[str, str]) -> ChangeSource:
+    """Resolve a change-feed read (``readChangeFeed=true``): ``startingVersion`` or
+    ``startingTimestamp`` (the first version committed at or after it), optional
+    ``endingVersion`` or ``endingTimestamp`` (the version current at it; default: the
+    newest), as Delta's options. The rows have the newest version's columns in the range
+    (columns only older versions had are left out) and ``_change_type``,
+    ``_commit_version``, ``_commit_timestamp``."""
+    from kstore.blocks.changes import plan_changes
+    from kstore.blocks.history import history, version_as_of
+    from kstore.spark.writer import spark_store_factory
+
+    options = check_options(options, READ_OPTIONS, "read")
+    ignored = [k for k in ("version", "as_of", "columns", "predicates", "table") if k in options]
+    if ignored:
+        raise InvalidArgumentError(f"options {ignored} do not apply to the change feed (readChangeFeed=true): "
+                                   "its range is startingVersion/startingTimestamp .. endingVersion/endingTimestamp")
+    path, uuid = store_and_dataset(options, "load")
+    factory = spark_store_factory(decode_store(path))
+    st = open_store(factory)
+    for a, b in (("startingVersion", "startingTimestamp"), ("endingVersion", "endingTimestamp")):
+        if a in options and b in options:
+            raise InvalidArgumentError(f"pass the option {a} or {b}, not both")
+    start = _version_option(options, "startingVersion")
+    if "startingTimestamp" in options:
+        since = _parse_as_of(options["startingTimestamp"])
+        later = [e.version for e in history(st, uuid) if e.timestamp >= since]
+        if not later:
+            raise InvalidArgumentError(f"dataset {uuid!r} has no version committed at or after {since.isoformat()}")
+        start = later[0]
+    if start is None:
+        raise InvalidArgumentError("readChangeFeed=true needs the option startingVersion or startingTimestamp")
+    end = _version_option(options, "endingVersion")
+    if "endingTimestamp" in options:
+        end = version_as_of(st, uuid, _parse_as_of(options["endingTimestamp"]))
+    changes = plan_changes(st, uuid, start, end)
+    return ChangeSource(factory, changes, spark_schema(changes.schema))
+
+
+def read_change_partition(source: ChangeSource, entry: LogEntry, store: Store | None = None,
+                          ) -> Iterator[pa.RecordBatch]:
+    """Executor side: the change rows of one version as Spark-typed Arrow batches."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kstore.blocks.changes import conform_changes, version_changes
+
+    target = to_arrow_schema(source.spark_schema, timezone="UTC")
+    st = store if store is not None else source.store()
+    tables, _ = version_changes(st, source.changes, entry)
+    for table in tables:
+        if table.num_rows:
+            yield from to_spark_batches(conform_changes(table, source.changes.schema), target, BATCH_ROWS)
 
 
 # -- filters ------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ from kstore.blocks.compact import (
     rewrite_group,
     worker_plan,
 )
+from kstore.blocks.job import SchemaMode, WriteMode, WriteRequest, check_schema, delete_files, finish_write
 from kstore.blocks.job import WriteJob as CoreJob
-from kstore.blocks.job import WriteMode, WriteRequest, check_schema, delete_files, finish_write
 from kstore.blocks.job import prepare_write as prepare_core
 from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import ENGINE_TASK_THREADS, WrittenFile, delete_by_token, write_partitions
@@ -203,7 +203,7 @@ def prepare_write(
     metadata: Mapping[str, Any] | None = None,
     metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     txn: tuple[str, int] | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     write_options: WriteOptions | Mapping[str, Any] | None = None,
@@ -488,7 +488,7 @@ def store_dataset(
     metadata: Mapping[str, Any] | None = None,
     metadata_format: MetadataFormat | None = None,
     table_name: str = naming.DEFAULT_TABLE,
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,
@@ -526,9 +526,8 @@ def store_dataset(
         schema is recorded next to it), the main metadata file's format (default
         ``"json"``) and the table's name inside the dataset.
     schema_mode
-        With ``"append"`` / ``"overwrite_partitions"`` on an existing dataset:
-        ``"strict"`` (the schema must match) or ``"merge"`` (new columns are added; missing
-        ones are null), as in :func:`kstore.update_dataset`.
+        ``"strict"``, ``"merge"`` (new columns are added, missing ones are null, columns
+        widen) or, with ``mode="overwrite"``, ``"overwrite"``, as in :func:`kstore.store_dataset`.
     shuffle
         How rows are grouped before the write when ``partition_on`` is given: ``"none"``
         (default; each task writes one file per partition value it holds, per
@@ -577,7 +576,7 @@ def update_dataset(
     secondary_indices: str | Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     mode: Literal["append", "overwrite_partitions"] = "append",
-    schema_mode: Literal["strict", "merge"] = "strict",
+    schema_mode: SchemaMode = "strict",
     shuffle: Shuffle | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     txn: tuple[str, int] | None = None,

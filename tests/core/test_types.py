@@ -226,13 +226,13 @@ def test_merge_missing_and_added_columns():
     with pytest.raises(SchemaMismatchError, match="'c'"):
         merge_schemas(old, S(("a", pa.int64()), ("b", pa.string()), ("c", pa.float64())), dataset="d")
     merged = merge_schemas(old, S(("c", pa.float64()), ("a", pa.int64()), ("b", pa.string())),
-                           dataset="d", allow_new_columns=True)
+                           dataset="d", mode="merge")
     # existing order wins, new columns appended
     assert merged.names == ["a", "b", "c"]
     assert merged.field("c").type.equals(pa.float64())
-    # a mismatch is still an error with allow_new_columns
+    # a mismatch is still an error with mode="merge"
     with pytest.raises(SchemaMismatchError):
-        merge_schemas(old, S(("a", pa.string()), ("b", pa.string())), dataset="d", allow_new_columns=True)
+        merge_schemas(old, S(("a", pa.string()), ("b", pa.string())), dataset="d", mode="merge")
 
 
 def test_merge_column_order_of_existing_wins():

@@ -30,6 +30,7 @@ MUST_RUN = (
     "guides/compaction.md",
     "guides/duckdb-polars.md",
     "guides/kartothek.md",
+    "guides/schema.md",
 )
 
 

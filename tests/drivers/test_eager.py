@@ -932,7 +932,8 @@ def test_overwrite_replaces_the_data(store_url):
     kstore.store_dataset(store_url, "ds", simple_frame(), partition_on="p", secondary_indices="x",
                          metadata={"k": 1})
     new = pd.DataFrame({"id": [100, 101], "q": [5, 6], "z": ["n", "m"]})
-    meta = kstore.store_dataset(store_url, "ds", new, partition_on="q", mode="overwrite")
+    meta = kstore.store_dataset(store_url, "ds", new, partition_on="q", mode="overwrite",
+                                schema_mode="overwrite")
     assert meta.partition_keys == ("q",)
     assert meta.version == 1
     assert meta.metadata["k"] == 1  # the user metadata stays (as Delta keeps a table's configuration)

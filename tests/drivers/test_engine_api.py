@@ -108,7 +108,8 @@ def test_eager_store_dataset_modes(store_url: str) -> None:
         assert _ids(store_url) == [1, 4]  # p=0 replaced, p=1 kept
         kstore.store_dataset(store_url, "ds", _frame([7], extra=["x"]), mode="append", schema_mode="merge")
         assert _ids(store_url) == [1, 4, 7]
-        kstore.store_dataset(store_url, "ds", _frame([9]), mode="overwrite", partition_on="p")
+        kstore.store_dataset(store_url, "ds", _frame([9]), mode="overwrite", partition_on="p",
+                             schema_mode="overwrite")
         assert _ids(store_url) == [9]
         kstore.store_dataset(store_url, "new", _frame([3]), mode="append", partition_on="p")  # creates
         assert sorted(kstore.read_dataset(store_url, "new")["id"]) == [3]

@@ -103,7 +103,7 @@ def _apply(url: str, step: tuple) -> None:
         kstore.update_dataset(url, UUID, df)
     elif kind == "overwrite":
         kstore.store_dataset(url, UUID, frame(step[1]), partition_on=step[2], mode="overwrite",
-                             secondary_indices=["x"])
+                             schema_mode="overwrite", secondary_indices=["x"])
     elif kind == "delete_rows":
         kstore.delete_rows(url, UUID, [[("x", "==", step[1])]])
     elif kind == "compact":
@@ -167,7 +167,8 @@ def three_versions(url: str) -> dict[int, pa.Table]:
     kstore.store_dataset(url, UUID, frame([1, 2, 3]), partition_on="p", secondary_indices=["x"],
                          metadata={"owner": "team-a"})
     kstore.update_dataset(url, UUID, frame([4, 5], "b"))
-    kstore.store_dataset(url, UUID, pd.DataFrame({"q": ["z"], "id": [99]}), mode="overwrite")
+    kstore.store_dataset(url, UUID, pd.DataFrame({"q": ["z"], "id": [99]}), mode="overwrite",
+                         schema_mode="overwrite")
     return {v: read(url, v) for v in range(3)}
 
 

@@ -524,8 +524,11 @@ def test_datasource_modes(spark, store):
     with pytest.raises(Exception, match="already exists"):
         (frame(spark, [1]).write.format("kstore").option("dataset_uuid", "ds").option("write_mode", "error")
             .mode("append").save(store))
+    with pytest.raises(Exception, match="changes its partitioning"):  # Delta's rule: overwriteSchema to change it
+        (frame(spark, [1]).write.format("kstore").option("dataset_uuid", "ds").option("partition_on", "loc")
+            .mode("overwrite").save(store))
     (frame(spark, [1]).write.format("kstore").option("dataset_uuid", "ds").option("partition_on", "loc")
-        .mode("overwrite").save(store))
+        .option("overwriteSchema", "true").mode("overwrite").save(store))
     meta = kstore.load_metadata(store, "ds")
     assert meta.partition_keys == ("loc",) and ids_of(store, "ds") == [1]
     assert [h.operation for h in kstore.history(store, "ds")] == ["create", "append", "overwrite_partitions",

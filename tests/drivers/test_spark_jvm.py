@@ -104,6 +104,7 @@ def test_jvm_delta_idioms_on_a_path(results):
     assert r["bare_save"] == 12
     assert "exists" in r["second_bare_save"].lower(), r["second_bare_save"]
     assert r["after_ignore"] == 12
+    assert "changes its partitioning" in r["repartition_without_overwrite_schema"]
     assert r["partition_keys"] == ["day"]
     assert r["after_append"] == list(range(12)) + [100]
     assert r["version_as_of"] == r["version_as_of_want"] == 12
@@ -131,6 +132,18 @@ def test_jvm_nan_rows_are_not_skipped_by_parquet_statistics(results):
     # A row group of [NaN, 0.5, 0.25] has max 0.5 in Arrow's statistics; Spark's `f > 1.0`
     # matches NaN. The JVM source does not let Spark's Parquet reader skip on floats.
     assert _ok(results, "nan_rows")["jvm"] == [1]
+
+
+def test_jvm_reads_a_widened_dataset_exactly(results):
+    """A widened column (int64 -> double, date -> timestamp) reads through the Python source
+    (Spark's Parquet reader refuses int64 files as double); the version before stays native."""
+    r = _ok(results, "widened")
+    assert r["rows"] == r["want"] and r["count"] == 4
+    assert (1, float(2**53), "2024-01-01 00:00:00") in [tuple(x) for x in r["rows"]]
+    assert r["filtered"] == [-5.0, 0.5]
+    assert r["before_types"] == ["bigint", "date", "bigint"] or r["before_types"] == ["bigint", "bigint", "date"]
+    assert r["before_rows"] == [-5, 1, 2**53]
+    assert r["feed"] == r["feed_want"] and len(r["feed"]) == 4  # readChangeFeed=true on the JVM source
 
 
 def test_jvm_catalog_tables_and_spark_file_insert_refused(results):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import threading
 from decimal import Decimal
@@ -33,6 +34,8 @@ _CACHED_SOURCES = 256
 _CACHED_SNAPSHOTS = 16
 _VERSION_OPTIONS = {"version", "as_of", "versionasof", "timestampasof"}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+log = logging.getLogger("kstore.spark.jvm")
 
 
 def jar_path() -> str | None:
@@ -135,7 +138,9 @@ class Planner:
         """Pin the version the options name (``versionAsOf`` / ``timestampAsOf`` included):
         its Spark schema, partition columns, root and size, and a handle for :meth:`plan`."""
         from kstore.core.planning import file_sizes
-        from kstore.spark.reader import resolve_source
+        from kstore.core.types import file_kinds
+        from kstore.spark.datasource import PYTHON_SOURCE_NAME
+        from kstore.spark.reader import resolve_changes, resolve_source, wants_changes
 
         options = {k: v for k, v in json.loads(options_json).items() if not k.startswith("__")}
         if any(k.lower() == "predicates" for k in options):
@@ -145,6 +150,12 @@ class Planner:
                 "format('kstore') on the JVM takes filters from .filter(...) / SQL WHERE (kstore plans the files "
                 "from them); the predicates option belongs to kstore's Python source: format('kstore_python') or "
                 "kstore.spark.read_dataset(..., predicates=...)")
+        if wants_changes(options):
+            # the change feed (readChangeFeed=true): rows computed per version by the Python
+            # source, not files Spark's Parquet scan could read
+            changes = resolve_changes(options)
+            return json.dumps({"python_read": options, "python_source": PYTHON_SOURCE_NAME,
+                               "schema": changes.spark_schema.json()})
         source = resolve_source(options)
         store = source.store()
         root = _local_root(store)
@@ -156,9 +167,18 @@ class Planner:
         pinned = {k: v for k, v in options.items() if k.lower() not in _VERSION_OPTIONS}
         handle = {"options": pinned, "version": source.version}
         self._remember(json.dumps(handle, sort_keys=True), source)
+        python_read = None
+        if any(file_kinds(f) for f in snap.schema(source.table)):
+            # a widened column: files of an older kind (int64 files of a double column), which
+            # Spark's Parquet scan does not convert; the Python source reads the pinned version
+            python_read = {**pinned, "version": str(source.version)}
+            log.info("dataset %r v%s has widened columns: format('kstore') reads it through %r",
+                     source.dataset_uuid, source.version, PYTHON_SOURCE_NAME)
         return json.dumps({
             "handle": handle,
             "version": source.version,
+            "python_read": python_read,
+            "python_source": PYTHON_SOURCE_NAME,
             "schema": source.spark_schema.json(),
             "partition_columns": [c for c in partition_keys if c in source.spark_schema.names],
             "root": "file://" + os.path.join(root, source.dataset_uuid),

@@ -45,6 +45,13 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
             String resolved = KstoreBridge.call(p -> p.resolve(options));
             JsonNode r = JSON.readTree(resolved);
             StructType schema = (StructType) DataType.fromJson(r.get("schema").asText());
+            if (r.hasNonNull("python_read")) {
+                // a version Spark's Parquet scan cannot read exactly (a widened column): the
+                // Python source reads it, pinned to the version resolved here
+                Map<String, String> pinned = JSON.convertValue(r.get("python_read"),
+                    JSON.getTypeFactory().constructMapType(HashMap.class, String.class, String.class));
+                return new PythonSourceRelation(sqlContext, schema, r.get("python_source").asText(), pinned);
+            }
             List<String> partitionColumns = JSON.convertValue(r.get("partition_columns"),
                 JSON.getTypeFactory().constructCollectionType(List.class, String.class));
             StructField[] pfields = new StructField[partitionColumns.size()];
