@@ -70,6 +70,16 @@ from kstore.blocks.job import (
     merge_worker_schemas,
     prepare_write,
 )
+from kstore.blocks.merge import (
+    FileOutcome,
+    MergeFile,
+    MergeJob,
+    MergeRequest,
+    MergeResult,
+    distributed_merge,
+    merge_task,
+)
+from kstore.blocks.mutate import RewritePlan
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import (
     ENGINE_TASK_THREADS,
@@ -106,7 +116,7 @@ from kstore.errors import (
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 
-__all__ = ["store_dataset", "update_dataset", "read_dataset", "read_changes", "compact", "BUCKET_COLUMN"]
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "read_changes", "merge", "compact", "BUCKET_COLUMN"]
 
 #: Temporary column holding the bucket number while a bucketed write shuffles (never stored).
 BUCKET_COLUMN = "__kstore_bucket__"
@@ -646,6 +656,86 @@ def update_dataset(
 # ---------------------------------------------------------------------------------------
 
 
+def _compute_all(tasks: Sequence[Delayed]) -> tuple[Any, ...]:
+    """Compute ``tasks``; on a distributed client wait for every one, failed or not, before
+    an error comes back (the caller then deletes what they all wrote)."""
+    client = _distributed_client()
+    if client is None:
+        return tuple(dask_compute(*tasks))
+    futures = client.compute(list(tasks))
+    for f in futures:
+        try:
+            f.exception()
+        except Exception:  # noqa: BLE001 - gathered (and raised) below
+            pass
+    return tuple(client.gather(futures))
+
+
+def _merge_file(factory: Callable[[], Store], rewrite: RewritePlan, change: MergeFile, number: int, task: ReadTask,
+                token: str) -> tuple[int, FileOutcome]:
+    return number, merge_task(factory(), rewrite, change, number, task, token)
+
+
+def merge(
+    store: StoreLike,
+    dataset_uuid: str,
+    source: Any,
+    on: str | Sequence[str],
+    *,
+    when_matched: str = "update",
+    when_not_matched: str = "insert",
+    when_not_matched_by_source: str = "ignore",
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
+) -> MergeResult:
+    """:func:`kstore.merge` with the target files it rewrites rewritten in Dask tasks (one per
+    planned file) and ONE commit on the client.
+
+    The source (a Dask or pandas DataFrame, or a pyarrow Table) is computed on the client and
+    checked there (columns, types, unique keys), then shipped to the tasks once: an upsert's
+    changed rows, not a second copy of the table. The client plans the files its keys may
+    match, writes the inserts and commits; a failed task commits nothing and the files the
+    tasks wrote are deleted.
+
+    Parameters
+    ----------
+    store
+        A URL or picklable store the workers can reach (``memory://`` only with threaded or
+        in-process workers).
+    dataset_uuid
+        The dataset's name.
+    source
+        The changed rows, with the dataset's columns.
+    on, when_matched, when_not_matched, when_not_matched_by_source, commit_options
+        As in :func:`kstore.merge`.
+
+    Returns
+    -------
+    MergeResult
+        The counts and the committed version, as :func:`kstore.merge`.
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-merge-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> with dask.config.set(scheduler="threads"):
+    ...     r = kstore.dask.merge("memory://dask-merge-doc", "d", pd.DataFrame({"k": [2, 3], "x": [60, 7]}), "k")
+    >>> r.inserted, r.updated, sorted(kstore.read_dataset("memory://dask-merge-doc", "d")["x"])
+    (1, 1, [5, 7, 60])
+    """
+    factory = _worker_store(store, dataset_uuid)
+
+    def run(job: MergeJob, token: str) -> Sequence[tuple[int, FileOutcome]]:
+        light = delayed(job.rewrite.light(), traverse=False)
+        change = delayed(job.change, traverse=False)  # (one copy in the graph, shared by every task)
+        return _compute_all([delayed(_merge_file, pure=False)(factory, light, change, i, t, token)
+                             for i, t in enumerate(job.rewrite.tasks)])
+
+    request = MergeRequest.of(dataset_uuid, on, when_matched, when_not_matched, when_not_matched_by_source)
+    data = source.compute() if isinstance(source, dd.DataFrame) else source
+    return distributed_merge(open_store(store), dataset_uuid, data, request, CommitOptions.of(commit_options), run)
+
+
+
 def _rewrite_task(factory: Callable[[], Store], plan: CompactionPlan, group: CompactionGroup,
                   file_id: str) -> list[WrittenFile]:
     return rewrite_group(factory(), plan, group, file_id=file_id)
@@ -705,18 +795,8 @@ def compact(
     light = delayed(worker_plan(plan), traverse=False)
     tasks = [delayed(_rewrite_task, pure=False)(factory, light, g, naming.tagged_file_id(token, i))
              for i, g in enumerate(plan.groups)]
-    client = _distributed_client()
     try:
-        if client is None:
-            results = dask_compute(*tasks)
-        else:
-            futures = client.compute(tasks)
-            for f in futures:  # wait for every task, failed or not, before cleaning up
-                try:
-                    f.exception()
-                except Exception:
-                    pass
-            results = client.gather(futures)
+        results = _compute_all(tasks)
     except BaseException:
         delete_by_token(st, plan.dataset_uuid, plan.table, token)
         raise

@@ -7,9 +7,10 @@ keys become a predicate (per key column an ``in`` of its distinct values, or a `
 range beyond :data:`MAX_IN_VALUES` of them; one conjunction per partition when the keys
 include partition columns: :func:`key_predicates`) that the planner prunes with partition values,
 secondary indices and statistics: only the files that may hold a source key are read.
-:func:`~kstore.blocks.mutate.rewrite_rows` then rewrites each file holding a matched row
-once and adds the unmatched source rows as new files, in one
-:class:`~kstore.core.operations.Merge` commit.
+:func:`plan_merge` plans them; each is rewritten once (:func:`~kstore.blocks.mutate.rewrite_file`
+with :class:`MergeFile`: in threads here, in Dask or Spark tasks through :func:`merge_task`
+and :func:`distributed_merge`), and :func:`commit_merge` adds the unmatched source rows as new
+files in one :class:`~kstore.core.operations.Merge` commit.
 
 Matching is SQL's: a key with a null in any key column matches nothing (such a source row
 is inserted when ``when_not_matched="insert"``, such a target row counts as not matched by
@@ -37,7 +38,7 @@ Examples
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,17 +47,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore.blocks import load
-from kstore.blocks.mutate import RowRewrite, on_newest, rewrite_rows
-from kstore.blocks.write import table_schema, to_arrow
+from kstore.blocks.commit import owning_files
+from kstore.blocks.mutate import RewritePlan, commit_rewrite, on_newest, plan_rewrite, rewrite_file
+from kstore.blocks.write import WrittenFile, delete_by_token, table_schema, to_arrow, write_partitions
+from kstore.core import naming, runtime
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Merge, txn_committed
+from kstore.core.planning import ReadTask
 from kstore.core.predicates import MAX_PREDICATE_TERMS
 from kstore.core.types import merge_schemas
 from kstore.errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError, short_repr
 from kstore.io.store import Store
 
-__all__ = ["MergeResult", "MergeRequest", "merge", "key_predicates", "MAX_IN_VALUES"]
+__all__ = ["MergeResult", "MergeRequest", "merge", "key_predicates", "MAX_IN_VALUES", "MergeFile", "MergeJob", "plan_merge",
+           "commit_merge", "merge_task", "distributed_merge", "FileOutcome"]
 
 #: A key column with at most this many distinct source values is planned with an ``in`` of
 #: them (partition values, index lookups and statistics prune by each value); with more, by
@@ -263,53 +268,169 @@ def _pairs(rows: pa.Table, src: pa.Table, keys: Sequence[str]) -> tuple[np.ndarr
             joined.column("__s").to_numpy().astype(np.int64, copy=False))
 
 
-def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest, base: DatasetMetadata,
-           options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
+@dataclass(frozen=True)
+class MergeFile:
+    """What a merge does to one target file (:func:`~kstore.blocks.mutate.rewrite_file`'s
+    ``change``; picklable, so Dask and Spark tasks run it): its rows paired with the source
+    rows of equal keys, matched rows updated / deleted / kept, target rows the source lacks
+    deleted with ``by_source``. Returns the new rows (None: the file stays as it is) and a
+    report: the positions of the source rows matched, the rows updated and deleted."""
+
+    src: pa.Table
+    keys: tuple[str, ...]
+    when_matched: str
+    by_source: bool
+    target: pa.Schema
+
+    def __call__(self, rows: pa.Table) -> tuple[pa.Table | None, tuple[np.ndarray, int, int]]:
+        rows = rows.cast(self.target)
+        t_idx, s_idx = _pairs(rows, self.src, self.keys)
+        hit = np.zeros(rows.num_rows, dtype=bool)
+        hit[t_idx] = True
+        gone = rows.num_rows - len(t_idx) if self.by_source else 0  # target rows the source lacks
+        if gone == 0 and (len(t_idx) == 0 or self.when_matched == "ignore"):
+            return None, (s_idx, 0, 0)  # the file stays as it is
+        parts = [] if self.by_source else [rows.filter(pa.array(~hit))]
+        if self.when_matched == "update":
+            parts.append(self.src.take(pa.array(s_idx)))
+        elif self.when_matched == "ignore":
+            parts.append(rows.filter(pa.array(hit)))
+        updated = len(t_idx) if self.when_matched == "update" else 0
+        deleted = gone + (len(t_idx) if self.when_matched == "delete" else 0)
+        return (pa.concat_tables(parts) if parts else rows.slice(0, 0)), (s_idx, updated, deleted)
+
+
+@dataclass(frozen=True)
+class MergeJob:
+    """A merge planned on one version (:func:`plan_merge`): the files its keys may match
+    (:class:`~kstore.blocks.mutate.RewritePlan`), the change of each (:class:`MergeFile`,
+    holding the checked source) and the normalized schema of the source's values."""
+
+    base: DatasetMetadata
+    request: MergeRequest
+    rewrite: RewritePlan
+    change: MergeFile
+    new_schema: pa.Schema
+
+
+def plan_merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest,
+               base: DatasetMetadata) -> MergeJob:
+    """Check the source against ``base`` (columns, types, unique keys) and plan the files its
+    keys may match (every file with ``when_not_matched_by_source="delete"``)."""
     keys = list(request.keys)
     schema = load.load_schema(store, base)
     src, new_schema, target = _source(table, schema, base, keys, dataset_uuid)
     _check_unique(src, keys, dataset_uuid)
-    if txn_committed(base, options.txn):
-        return MergeResult(base)  # committed before: nothing to do
     by_source = request.when_not_matched_by_source == "delete"
     predicates = None if by_source else key_predicates(src, keys, base.partition_keys)  # by source: every file
+    rewrite = plan_rewrite(store, dataset_uuid, base, schema, predicates, Merge.kind)
+    return MergeJob(base, request, rewrite, MergeFile(src, tuple(keys), request.when_matched, by_source, target),
+                    new_schema)
+
+
+#: one planned file's outcome: its new files (None: it stays) and :class:`MergeFile`'s report
+FileOutcome = tuple["list[WrittenFile] | None", tuple[np.ndarray, int, int]]
+
+
+def commit_merge(store: Store, job: MergeJob, outcomes: Sequence[FileOutcome], options: CommitOptions,
+                 owned: list[WrittenFile], *, origin: DatasetMetadata | None = None) -> MergeResult:
+    """After every planned file of ``job`` was rewritten (``outcomes``, in plan order; in
+    this process, or in Dask or Spark tasks): write the inserts (the source rows no file
+    matched) and make the ONE commit. ``owned`` holds every file written for the merge; the
+    inserts are added to it (callers run this inside
+    :func:`~kstore.blocks.commit.owning_files` over it)."""
+    src = job.change.src
     matched = np.zeros(src.num_rows, dtype=bool)
-    counts = {"inserted": 0, "updated": 0, "deleted": 0}
+    updated = deleted = 0
+    replaced: list[tuple[str, list[WrittenFile]]] = []
+    for task, (out, (s_idx, up, gone)) in zip(job.rewrite.tasks, outcomes, strict=True):
+        matched[s_idx] = True
+        updated += up
+        deleted += gone
+        if out is not None:
+            replaced.append((task.label, out))
+    inserts = src.filter(pa.array(~matched)) if job.request.when_not_matched == "insert" else src.slice(0, 0)
+    rp = job.rewrite
+    added = write_partitions(store, rp.dataset_uuid, inserts.select(list(rp.order)), rp.layout) \
+        if inserts.num_rows else []
+    owned.extend(added)
+    # (the keys: read_changes pairs each updated row's images by them)
+    counts = {"inserted": inserts.num_rows, "updated": updated, "deleted": deleted, "on": list(job.request.keys)}
+    meta = commit_rewrite(store, job.base, options, Merge, rp, replaced, added, new_schema=job.new_schema,
+                          info={**counts, **(options.info or {})}, origin=origin)
+    if meta is job.base:
+        return MergeResult(job.base, files_read=len(rp.tasks))
+    return MergeResult(meta, inserts.num_rows, updated, deleted, len(rp.tasks), len(replaced),
+                       sum(len(out) for _, out in replaced) + len(added))
 
+
+def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest, base: DatasetMetadata,
+           options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
+    """The merge in this process: the planned files rewritten in threads."""
+    job = plan_merge(store, dataset_uuid, table, request, base)
+    if txn_committed(base, options.txn):
+        return MergeResult(base)  # committed before: nothing to do
+    owned: list[WrittenFile] = []  # every file written so far (deleted if the merge fails)
     lock = threading.Lock()
+    outcomes: list[FileOutcome | None] = [None] * len(job.rewrite.tasks)
 
-    def change(rows: pa.Table) -> pa.Table | None:  # (in several threads at once, one file each)
-        rows = rows.cast(target)
-        t_idx, s_idx = _pairs(rows, src, keys)
+    def one(numbered: tuple[int, ReadTask]) -> None:
+        i, task = numbered
+        out, report = rewrite_file(store, job.rewrite, task, job.change)
         with lock:
-            matched[s_idx] = True
-        hit = np.zeros(rows.num_rows, dtype=bool)
-        hit[t_idx] = True
-        gone = rows.num_rows - len(t_idx) if by_source else 0  # target rows the source lacks
-        if gone == 0 and (len(t_idx) == 0 or request.when_matched == "ignore"):
-            return None  # the file stays as it is
-        parts = [] if by_source else [rows.filter(pa.array(~hit))]
-        if request.when_matched == "update":
-            parts.append(src.take(pa.array(s_idx)))
-        elif request.when_matched == "ignore":
-            parts.append(rows.filter(pa.array(hit)))
-        with lock:
-            counts["deleted"] += gone + (len(t_idx) if request.when_matched == "delete" else 0)
-            counts["updated"] += len(t_idx) if request.when_matched == "update" else 0
-        return pa.concat_tables(parts) if parts else rows.slice(0, 0)
+            owned.extend(out or ())
+            outcomes[i] = (out, report)
 
-    def extra() -> pa.Table | None:
-        if request.when_not_matched != "insert":
-            return None
-        new = src.filter(pa.array(~matched))
-        counts["inserted"] = new.num_rows
-        return new
+    def rewrite_and_commit() -> MergeResult:
+        runtime.parallel_map(one, list(enumerate(job.rewrite.tasks)), cpu_bound=True)
+        return commit_merge(store, job, [o for o in outcomes if o is not None], options, owned, origin=origin)
 
-    done = rewrite_rows(store, dataset_uuid, base, options,
-                        RowRewrite(Merge, schema, predicates, change, extra=extra, new_schema=new_schema,
-                                   # (the keys: read_changes pairs each updated row's images by them)
-                                   counts=lambda: {**counts, "on": keys}), origin=origin)
-    if done.dataset is base:
-        return MergeResult(base, files_read=done.files_read)
-    return MergeResult(done.dataset, counts["inserted"], counts["updated"], counts["deleted"], done.files_read,
-                       done.files_rewritten, done.files_added)
+    return _owning(store, owned, rewrite_and_commit)
+
+
+def merge_task(store: Store, rewrite: RewritePlan, change: MergeFile, number: int, task: ReadTask,
+               token: str) -> FileOutcome:
+    """One engine task of a distributed merge: rewrite planned file ``task`` (its files' ids
+    carry the job's ``token`` and the task's ``number``: a failed job finds and deletes them)."""
+    return rewrite_file(store, rewrite, task, change, file_id=naming.tagged_file_id(token, number))
+
+
+def distributed_merge(store: Store, dataset_uuid: str, source: Any, request: MergeRequest, options: CommitOptions,
+                      run: Callable[[MergeJob, str], Sequence[tuple[int, FileOutcome]]]) -> MergeResult:
+    """A merge whose planned files an engine rewrites (Dask, Spark), on the newest version:
+    the source is checked and the files planned here (:func:`plan_merge`); ``run(job,
+    token)`` runs :func:`merge_task` for every planned file of ``job`` and returns the
+    outcomes with their plan positions; if it fails, every file tagged with the token is
+    deleted (:func:`~kstore.blocks.write.delete_by_token`) and nothing is committed. Then
+    :func:`commit_merge`, owning every file written (deleted if the commit fails). A
+    transaction committed before: nothing runs."""
+    import uuid as _uuid
+
+    from kstore.blocks.mutate import base_version
+
+    base = base_version(store, dataset_uuid, None)
+    job = plan_merge(store, dataset_uuid, to_arrow(source, dataset=dataset_uuid), request, base)
+    if txn_committed(base, options.txn):
+        return MergeResult(base)  # committed before: nothing to do
+    token = _uuid.uuid4().hex[:8]
+    rp = job.rewrite
+    try:
+        got = dict(run(job, token)) if rp.tasks else {}
+    except BaseException:
+        delete_by_token(store, rp.dataset_uuid, rp.layout.table_name, token)
+        raise
+    outcomes = [got[i] for i in range(len(rp.tasks))]
+    owned = [f for out, _ in outcomes for f in (out or ())]
+    return _owning(store, owned, lambda: commit_merge(store, job, outcomes, options, owned))
+
+
+def _owning(store: Store, owned: list[WrittenFile], work: Callable[[], MergeResult]) -> MergeResult:
+    """``work`` as the owner of ``owned`` (:func:`~kstore.blocks.commit.owning_files`)."""
+    done: list[MergeResult] = []
+
+    def run() -> DatasetMetadata:
+        done.append(work())
+        return done[-1].dataset
+
+    owning_files(store, owned, run)
+    return done[-1]

@@ -61,7 +61,7 @@ from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, Operation, UpdateRows, txn_committed
-from kstore.core.planning import ReadTask, plan_read
+from kstore.core.planning import ReadPlan, ReadTask, plan_read
 from kstore.core.predicates import Predicates, bind, parse, to_expression
 from kstore.core.types import coerce_literal, describe, read_schema
 from kstore.errors import (
@@ -76,7 +76,7 @@ from kstore.io.store import Store
 log = logging.getLogger("kstore.write")
 
 __all__ = ["build_indices", "drop_indices", "delete_rows", "update_rows", "UpdateResult", "rewrite_rows", "RowRewrite",
-           "Rewritten",
+           "Rewritten", "RewritePlan", "plan_rewrite", "rewrite_file", "commit_rewrite", "FileChange",
            "on_newest", "set_values", "base_version"]
 
 
@@ -215,91 +215,141 @@ class RowRewrite:
     counts: Callable[[], Mapping[str, Any]] | None = None
 
 
+@dataclass(frozen=True)
+class RewritePlan:
+    """What the tasks of a row rewrite need (small and picklable; see :func:`plan_rewrite`):
+    the dataset, the version it builds on, the read plan of the files its predicates may
+    match (:attr:`tasks`), the layout rewritten rows are written with and the operation kind
+    (for errors)."""
+
+    dataset_uuid: str
+    version: int | None
+    plan: ReadPlan
+    layout: FileLayout
+    order: tuple[str, ...]
+    kind: str
+
+    @property
+    def tasks(self) -> tuple[ReadTask, ...]:
+        """The planned files, in plan order."""
+        return self.plan.tasks
+
+    def light(self) -> RewritePlan:
+        """This plan without its tasks (what one worker task needs besides its own file)."""
+        return replace(self, plan=replace(self.plan, tasks=()))
+
+
+def plan_rewrite(store: Store, dataset_uuid: str, base: DatasetMetadata, schema: pa.Schema, predicates: Predicates,
+                 kind: str) -> RewritePlan:
+    """Plan a row rewrite of ``base``: ``predicates`` (None: every file) with the partition
+    values, every secondary index and the statistics (the commit updates every index)."""
+    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
+    indices = load.load_indices(store, base, sec, schema)
+    plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
+    order = tuple(base.partition_keys) + tuple(c for c in schema.names if c not in base.partition_keys)
+    return RewritePlan(dataset_uuid, base.version, plan, FileLayout(base.partition_keys, sec, base.table), order, kind)
+
+
+#: what a file's change returns: its new rows (None: the file stays as it is) and a report for
+#: the driver (a merge's matched source rows and counts)
+FileChange = Callable[[pa.Table], "tuple[pa.Table | None, Any]"]
+
+
+def rewrite_file(store: Store, rp: RewritePlan, task: ReadTask, change: FileChange, *,
+                 file_id: str | None = None) -> tuple[list[WrittenFile] | None, Any]:
+    """Read one planned file (every column, as the dataset's schema types them, no filter),
+    apply ``change`` and write the rows it returns with the rewrite's layout (a row whose
+    partition value changed lands in its new partition); (None, report) when the file stays.
+    Runs in threads of one process or in Dask and Spark tasks (``change`` must be picklable
+    there)."""
+    with reading_planned(store, rp.dataset_uuid, rp.version, [(task.label, task.key)], rp.kind):
+        full = read_task(store, rp.plan, replace(task, residual=None), list(rp.plan.schema.names))
+    rows, report = change(full)
+    if rows is None:
+        return None, report
+    if not rows.num_rows:
+        return [], report
+    return write_partitions(store, rp.dataset_uuid, rows.select(list(rp.order)), rp.layout, file_id=file_id), report
+
+
+def commit_rewrite(store: Store, base: DatasetMetadata, options: CommitOptions, kind: type[Operation],
+                   rp: RewritePlan, replaced: Sequence[tuple[str, Sequence[WrittenFile]]],
+                   added: Sequence[WrittenFile], *, new_schema: pa.Schema | None, info: Mapping[str, Any] | None,
+                   origin: DatasetMetadata | None = None) -> DatasetMetadata:
+    """The ONE commit of a row rewrite: ``replaced`` (label, its new files) in plan order and
+    ``added`` files; its scope is the files the rewrite's predicates may match
+    (:class:`~kstore.core.operations.DeleteRows`' conflict rule). Nothing replaced or added:
+    no commit, ``base`` comes back. The caller owns the files (``owning_files``)."""
+    remove = [label for label, _ in replaced]
+    files = [f for _, out in replaced for f in out] + list(added)
+    if not remove and not files:
+        return base
+    plan, dataset_uuid = rp.plan, rp.dataset_uuid
+    planned = frozenset(t.label for t in plan.tasks)
+    pred_cols = sorted({t.column for c in (plan.predicates or ()) for t in c})
+    base_v = base.version
+
+    def may_match(meta: DatasetMetadata) -> set[str]:
+        """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
+        if meta.version == base_v:
+            return set(planned)
+        s = load.load_schema(store, meta)
+        idx = load.load_indices(store, meta, [c for c in pred_cols if c in s.names], s)
+        return {t.label for t in plan_read(meta, s, plan.predicates, indices=idx,
+                                           stats=load.load_stats(store, meta)).tasks}
+
+    op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
+              partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
+              metadata=plain(options.metadata), info=info,
+              read_incarnation=(origin or base).incarnation, checks_incarnation=True,
+              seen_version=base.version)
+    return commit(store, dataset_uuid, op, files=files, schema=new_schema, max_attempts=options.max_attempts).dataset
+
+
 def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options: CommitOptions, rewrite: RowRewrite,
                  *, origin: DatasetMetadata | None = None) -> Rewritten:
-    """The copy-on-write loop of the row operations (delete_rows, update_rows, merge): one
-    commit of ``rewrite.kind``.
+    """The copy-on-write loop of the row operations (delete_rows, update_rows, merge) in this
+    process: one commit of ``rewrite.kind``.
 
-    Plans ``predicates`` on ``base`` (None: every file) with the partition values, every
-    secondary index and the statistics; reads each planned file (every column, as
-    ``schema`` types them, no filter), and ``change(rows)`` says what becomes of it: None
-    leaves the file as it is, a table (possibly empty) replaces it, written with the
-    dataset's layout (partition columns, secondary indices, table), so a row whose partition
-    value changed lands in its new partition. ``change`` runs for several files at once, in
-    threads (it must be thread-safe); the commit lists the files in plan order, whatever
-    order they finished in. ``extra()``, called after the last file, gives
-    rows to add as new files (a merge's inserts). ``new_schema`` is the normalized schema of
-    new values the commit merges into the dataset's (None: the schema stays).
-
-    The commit removes the replaced files and adds the written ones; its scope is the files
-    ``predicates`` may match (:class:`~kstore.core.operations.DeleteRows`' conflict rule).
-    Nothing changed: no commit, ``base`` comes back. Every file written is deleted when the
-    commit fails or does not happen (:func:`~kstore.blocks.commit.owning_files`).
+    Plans ``predicates`` on ``base`` (:func:`plan_rewrite`); reads each planned file, and
+    ``change(rows)`` says what becomes of it (:func:`rewrite_file`): None leaves the file as
+    it is, a table (possibly empty) replaces it. ``change`` runs for several files at once,
+    in threads (it must be thread-safe); the commit lists the files in plan order, whatever
+    order they finished in. ``extra()``, called after the last file, gives rows to add as new
+    files (a merge's inserts). ``new_schema`` is the normalized schema of new values the
+    commit merges into the dataset's (None: the schema stays). The commit
+    (:func:`commit_rewrite`) removes the replaced files and adds the written ones. Nothing
+    changed: no commit, ``base`` comes back. Every file written is deleted when the commit
+    fails or does not happen (:func:`~kstore.blocks.commit.owning_files`). Dask and Spark
+    compose the same pieces with the files rewritten in their tasks.
     """
-    kind, schema, predicates, change, extra = (rewrite.kind, rewrite.schema, rewrite.predicates, rewrite.change,
-                                               rewrite.extra)
-    sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
-    indices = load.load_indices(store, base, sec, schema)  # all of them: the commit updates every one
-    plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
-    layout = FileLayout(base.partition_keys, sec, base.table)
-    order = list(base.partition_keys) + [c for c in schema.names if c not in base.partition_keys]
+    rp = plan_rewrite(store, dataset_uuid, base, rewrite.schema, rewrite.predicates, rewrite.kind.kind)
     files: list[WrittenFile] = []  # every file written so far (owning_files deletes them on failure)
-    remove: list[str] = []
     lock = threading.Lock()
     replaced: dict[int, tuple[str, list[WrittenFile]]] = {}
-
-    def write(rows: pa.Table) -> list[WrittenFile]:
-        out = write_partitions(store, dataset_uuid, rows.select(order), layout) if rows.num_rows else []
-        with lock:
-            files.extend(out)
-        return out
 
     def one(numbered: tuple[int, ReadTask]) -> None:
         """Read, change and rewrite one planned file (several at once: Arrow's reads, kernels
         and Parquet encoding release the GIL; at most one file per thread in memory)."""
         i, task = numbered
-        with reading_planned(store, dataset_uuid, base.version, [(task.label, task.key)], kind.kind):
-            full = read_task(store, plan, replace(task, residual=None), list(schema.names))
-        rows = change(full)
-        if rows is not None:
-            out = write(rows)
+        out, _ = rewrite_file(store, rp, task, lambda rows: (rewrite.change(rows), None))
+        if out is not None:
             with lock:
+                files.extend(out)
                 replaced[i] = (task.label, out)
 
     def rewrite_and_commit() -> DatasetMetadata:
-        runtime.parallel_map(one, list(enumerate(plan.tasks)), cpu_bound=True)
-        # in plan order, whatever order the threads finished in
-        remove.extend(replaced[i][0] for i in sorted(replaced))
-        files[:] = [f for i in sorted(replaced) for f in replaced[i][1]]
-        added = extra() if extra is not None else None
-        if added is not None:
-            write(added)
-        if not remove and not files:
-            return base
-        planned = frozenset(t.label for t in plan.tasks)
-        pred_cols = sorted({t.column for c in (plan.predicates or ()) for t in c})
-        base_v = base.version
-
-        def may_match(meta: DatasetMetadata) -> set[str]:
-            """Labels of ``meta`` whose files the predicate may match (planned, no data read)."""
-            if meta.version == base_v:
-                return set(planned)
-            s = load.load_schema(store, meta)
-            idx = load.load_indices(store, meta, [c for c in pred_cols if c in s.names], s)
-            return {t.label for t in plan_read(meta, s, predicates, indices=idx,
-                                               stats=load.load_stats(store, meta)).tasks}
-
+        runtime.parallel_map(one, list(enumerate(rp.tasks)), cpu_bound=True)
+        extra = rewrite.extra() if rewrite.extra is not None else None
+        added = write_partitions(store, dataset_uuid, extra.select(list(rp.order)), rp.layout) \
+            if extra is not None and extra.num_rows else []
+        files.extend(added)
         info = plain(options.info) if rewrite.counts is None else {**rewrite.counts(), **(options.info or {})}
-        op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
-                  partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
-                  metadata=plain(options.metadata), info=info,
-                  read_incarnation=(origin or base).incarnation, checks_incarnation=True,
-                  seen_version=base.version)
-        return commit(store, dataset_uuid, op, files=files, schema=rewrite.new_schema,
-                      max_attempts=options.max_attempts).dataset
+        return commit_rewrite(store, base, options, rewrite.kind, rp, [replaced[i] for i in sorted(replaced)], added,
+                              new_schema=rewrite.new_schema, info=info, origin=origin)
 
     meta = owning_files(store, files, rewrite_and_commit)
-    return Rewritten(meta, len(plan.tasks), len(remove), len(files) if meta is not base else 0)
+    return Rewritten(meta, len(rp.tasks), len(replaced), len(files) if meta is not base else 0)
 
 
 def delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, *, base: DatasetMetadata | None = None,

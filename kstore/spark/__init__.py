@@ -53,6 +53,7 @@ from kstore.spark.datasource import (  # noqa: E402
     KstorePythonDataSource,
     KstorePythonDataSourceNoPushdown,
 )
+from kstore.spark.merge import merge  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
 from kstore.spark.types import arrow_schema, spark_schema  # noqa: E402
 from kstore.spark.writer import compact, store_dataset, update_dataset  # noqa: E402
@@ -67,6 +68,7 @@ R = TypeVar("R")
 
 __all__ = [
     "compact",
+    "merge",
     "store_dataset",
     "update_dataset",
     "read_dataset",
