@@ -175,7 +175,7 @@ def check_options(options: Mapping[str, str], known: Sequence[str], verb: str) -
     >>> check_options({"verison": "0"}, READ_OPTIONS, "read")
     Traceback (most recent call last):
     ...
-    kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); read options: as_of, columns, dataset_uuid, min_partitions, partition_bytes, path, predicates, store, table, version (and Delta's versionAsOf / timestampAsOf for version / as_of)
+    kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); read options: as_of, columns, dataset_uuid, ..., version (and Delta's versionAsOf / timestampAsOf for version / as_of)
     """
     import difflib
 
