@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import uuid
 import warnings
 from datetime import timedelta
 
@@ -125,7 +126,7 @@ def _apply(url: str, step: tuple) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(_step, min_size=1, max_size=7), pick=st.integers(0, 1000))
 def test_a_restored_version_reads_exactly_what_it_read(steps, pick):
-    url = f"memory://restore-prop-{id(steps)}-{pick}"
+    url = f"memory://restore-prop-{uuid.uuid4().hex}"  # (an id() is reused once its object is freed)
     kstore.store_dataset(url, UUID, frame([1, 2, 3, 4]), partition_on="p", secondary_indices=["x"])
     seen = {0: read(url, 0)}
     for step in steps:
