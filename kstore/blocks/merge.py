@@ -314,16 +314,17 @@ class MergeJob:
 
 
 def plan_merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest,
-               base: DatasetMetadata) -> MergeJob:
+               base: DatasetMetadata, *, origin: DatasetMetadata | None = None) -> MergeJob:
     """Check the source against ``base`` (columns, types, unique keys) and plan the files its
-    keys may match (every file with ``when_not_matched_by_source="delete"``)."""
+    keys may match (every file with ``when_not_matched_by_source="delete"``); ``origin``: the
+    version read first, when ``base`` is a plan again."""
     keys = list(request.keys)
     schema = load.load_schema(store, base)
     src, new_schema, target = _source(table, schema, base, keys, dataset_uuid)
     _check_unique(src, keys, dataset_uuid)
     by_source = request.when_not_matched_by_source == "delete"
     predicates = None if by_source else key_predicates(src, keys, base.partition_keys)  # by source: every file
-    rewrite = plan_rewrite(store, dataset_uuid, base, schema, predicates, Merge.kind)
+    rewrite = plan_rewrite(store, dataset_uuid, base, schema, predicates, Merge, origin=origin)
     return MergeJob(base, request, rewrite, MergeFile(src, tuple(keys), request.when_matched, by_source, target),
                     new_schema)
 
@@ -333,7 +334,7 @@ FileOutcome = tuple["list[WrittenFile] | None", tuple[np.ndarray, int, int]]
 
 
 def commit_merge(store: Store, job: MergeJob, outcomes: Sequence[FileOutcome], options: CommitOptions,
-                 owned: list[WrittenFile], *, origin: DatasetMetadata | None = None) -> MergeResult:
+                 owned: list[WrittenFile]) -> MergeResult:
     """After every planned file of ``job`` was rewritten (``outcomes``, in plan order; in
     this process, or in Dask or Spark tasks): write the inserts (the source rows no file
     matched) and make the ONE commit. ``owned`` holds every file written for the merge; the
@@ -356,8 +357,8 @@ def commit_merge(store: Store, job: MergeJob, outcomes: Sequence[FileOutcome], o
     owned.extend(added)
     # (the keys: read_changes pairs each updated row's images by them)
     counts = {"inserted": inserts.num_rows, "updated": updated, "deleted": deleted, "on": list(job.request.keys)}
-    meta = commit_rewrite(store, job.base, options, Merge, rp, replaced, added, new_schema=job.new_schema,
-                          info={**counts, **(options.info or {})}, origin=origin)
+    meta = commit_rewrite(store, job.base, options, rp, replaced, added, new_schema=job.new_schema,
+                          info={**counts, **(options.info or {})})
     if meta is job.base:
         return MergeResult(job.base, files_read=len(rp.tasks))
     return MergeResult(meta, inserts.num_rows, updated, deleted, len(rp.tasks), len(replaced),
@@ -367,7 +368,7 @@ def commit_merge(store: Store, job: MergeJob, outcomes: Sequence[FileOutcome], o
 def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeRequest, base: DatasetMetadata,
            options: CommitOptions, origin: DatasetMetadata | None) -> MergeResult:
     """The merge in this process: the planned files rewritten in threads."""
-    job = plan_merge(store, dataset_uuid, table, request, base)
+    job = plan_merge(store, dataset_uuid, table, request, base, origin=origin)
     if txn_committed(base, options.txn):
         return MergeResult(base)  # committed before: nothing to do
     owned: list[WrittenFile] = []  # every file written so far (deleted if the merge fails)
@@ -383,7 +384,7 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeReque
 
     def rewrite_and_commit() -> MergeResult:
         runtime.parallel_map(one, list(enumerate(job.rewrite.tasks)), cpu_bound=True)
-        return commit_merge(store, job, [o for o in outcomes if o is not None], options, owned, origin=origin)
+        return commit_merge(store, job, [o for o in outcomes if o is not None], options, owned)
 
     return _owning(store, owned, rewrite_and_commit)
 

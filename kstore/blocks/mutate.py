@@ -227,7 +227,9 @@ class RewritePlan:
     plan: ReadPlan
     layout: FileLayout
     order: tuple[str, ...]
-    kind: str
+    operation: type[Operation]
+    #: the incarnation the rewrite read first (a dataset created again since is a conflict)
+    incarnation: str | None = None
 
     @property
     def tasks(self) -> tuple[ReadTask, ...]:
@@ -240,14 +242,16 @@ class RewritePlan:
 
 
 def plan_rewrite(store: Store, dataset_uuid: str, base: DatasetMetadata, schema: pa.Schema, predicates: Predicates,
-                 kind: str) -> RewritePlan:
-    """Plan a row rewrite of ``base``: ``predicates`` (None: every file) with the partition
-    values, every secondary index and the statistics (the commit updates every index)."""
+                 operation: type[Operation], *, origin: DatasetMetadata | None = None) -> RewritePlan:
+    """Plan a row rewrite of ``base`` committed as ``operation``: ``predicates`` (None: every
+    file) with the partition values, every secondary index and the statistics (the commit
+    updates every index). ``origin``: the version read first, when ``base`` is a plan again."""
     sec = tuple(c for c in list(base.indices) + list(base.inline_indices) if c not in base.partition_keys)
     indices = load.load_indices(store, base, sec, schema)
     plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
     order = tuple(base.partition_keys) + tuple(c for c in schema.names if c not in base.partition_keys)
-    return RewritePlan(dataset_uuid, base.version, plan, FileLayout(base.partition_keys, sec, base.table), order, kind)
+    return RewritePlan(dataset_uuid, base.version, plan, FileLayout(base.partition_keys, sec, base.table), order,
+                       operation, (origin or base).incarnation)
 
 
 #: what a file's change returns: its new rows (None: the file stays as it is) and a report for
@@ -262,7 +266,7 @@ def rewrite_file(store: Store, rp: RewritePlan, task: ReadTask, change: FileChan
     partition value changed lands in its new partition); (None, report) when the file stays.
     Runs in threads of one process or in Dask and Spark tasks (``change`` must be picklable
     there)."""
-    with reading_planned(store, rp.dataset_uuid, rp.version, [(task.label, task.key)], rp.kind):
+    with reading_planned(store, rp.dataset_uuid, rp.version, [(task.label, task.key)], rp.operation.kind):
         full = read_task(store, rp.plan, replace(task, residual=None), list(rp.plan.schema.names))
     rows, report = change(full)
     if rows is None:
@@ -272,11 +276,10 @@ def rewrite_file(store: Store, rp: RewritePlan, task: ReadTask, change: FileChan
     return write_partitions(store, rp.dataset_uuid, rows.select(list(rp.order)), rp.layout, file_id=file_id), report
 
 
-def commit_rewrite(store: Store, base: DatasetMetadata, options: CommitOptions, kind: type[Operation],
-                   rp: RewritePlan, replaced: Sequence[tuple[str, Sequence[WrittenFile]]],
-                   added: Sequence[WrittenFile], *, new_schema: pa.Schema | None, info: Mapping[str, Any] | None,
-                   origin: DatasetMetadata | None = None) -> DatasetMetadata:
-    """The ONE commit of a row rewrite: ``replaced`` (label, its new files) in plan order and
+def commit_rewrite(store: Store, base: DatasetMetadata, options: CommitOptions, rp: RewritePlan,
+                   replaced: Sequence[tuple[str, Sequence[WrittenFile]]], added: Sequence[WrittenFile], *,
+                   new_schema: pa.Schema | None, info: Mapping[str, Any] | None) -> DatasetMetadata:
+    """The ONE commit (of ``rp.operation``) of a row rewrite: ``replaced`` (label, its new files) in plan order and
     ``added`` files; its scope is the files the rewrite's predicates may match
     (:class:`~kstore.core.operations.DeleteRows`' conflict rule). Nothing replaced or added:
     no commit, ``base`` comes back. The caller owns the files (``owning_files``)."""
@@ -298,10 +301,10 @@ def commit_rewrite(store: Store, base: DatasetMetadata, options: CommitOptions, 
         return {t.label for t in plan_read(meta, s, plan.predicates, indices=idx,
                                            stats=load.load_stats(store, meta)).tasks}
 
-    op = kind(remove=tuple(remove), read_version=base.version, table=base.table,
+    op = rp.operation(remove=tuple(remove), read_version=base.version, table=base.table,
               partition_on=base.partition_keys, txn=options.txn, scope_labels=planned, scope=may_match,
               metadata=plain(options.metadata), info=info,
-              read_incarnation=(origin or base).incarnation, checks_incarnation=True,
+              read_incarnation=rp.incarnation, checks_incarnation=True,
               seen_version=base.version)
     return commit(store, dataset_uuid, op, files=files, schema=new_schema, max_attempts=options.max_attempts).dataset
 
@@ -323,7 +326,7 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
     fails or does not happen (:func:`~kstore.blocks.commit.owning_files`). Dask and Spark
     compose the same pieces with the files rewritten in their tasks.
     """
-    rp = plan_rewrite(store, dataset_uuid, base, rewrite.schema, rewrite.predicates, rewrite.kind.kind)
+    rp = plan_rewrite(store, dataset_uuid, base, rewrite.schema, rewrite.predicates, rewrite.kind, origin=origin)
     files: list[WrittenFile] = []  # every file written so far (owning_files deletes them on failure)
     lock = threading.Lock()
     replaced: dict[int, tuple[str, list[WrittenFile]]] = {}
@@ -345,8 +348,8 @@ def rewrite_rows(store: Store, dataset_uuid: str, base: DatasetMetadata, options
             if extra is not None and extra.num_rows else []
         files.extend(added)
         info = plain(options.info) if rewrite.counts is None else {**rewrite.counts(), **(options.info or {})}
-        return commit_rewrite(store, base, options, rewrite.kind, rp, [replaced[i] for i in sorted(replaced)], added,
-                              new_schema=rewrite.new_schema, info=info, origin=origin)
+        return commit_rewrite(store, base, options, rp, [replaced[i] for i in sorted(replaced)], added,
+                              new_schema=rewrite.new_schema, info=info)
 
     meta = owning_files(store, files, rewrite_and_commit)
     return Rewritten(meta, len(rp.tasks), len(replaced), len(files) if meta is not base else 0)
