@@ -411,8 +411,15 @@ def test_concurrent_appends_and_build_indices(tmp_path):
     committed after it."""
     url, _ = local_store(tmp_path)
     init_dataset(url, secondary_indices=["wr"])
-    specs = [{"url": url, "uuid": UUID, "op": "appends", "writer": w, "n": 8, "rows": ROWS} for w in range(2)]
-    specs.append({"url": url, "uuid": UUID, "op": "build_indices", "columns": ["x"], "after_version": 3})
+    # every writer waits at its first claim until all three are there: the build has read
+    # version 0 by then, and waits further until version 3 exists, so its claim of version 1
+    # is lost whatever the processes' timing (it was a race the build could win under load)
+    bdir = tmp_path / "barrier"
+    bdir.mkdir()
+    specs = [{"url": url, "uuid": UUID, "op": "appends", "writer": w, "n": 8, "rows": ROWS,
+              "barrier": {"dir": str(bdir), "name": f"w{w}", "count": 3}} for w in range(2)]
+    specs.append({"url": url, "uuid": UUID, "op": "build_indices", "columns": ["x"], "after_version": 3,
+                  "barrier": {"dir": str(bdir), "name": "build", "count": 3}})
     procs, flag = start_writers(tmp_path, specs)
     flag.touch()
     results = [ok_result(finish(p)) for p in procs]
