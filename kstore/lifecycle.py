@@ -152,6 +152,111 @@ def drop_indices(store: StoreLike, dataset_uuid: str, columns: str | Sequence[st
                                options=CommitOptions(txn=as_txn(txn)))
 
 
+def rename_columns(store: StoreLike, dataset_uuid: str, renames: Mapping[str, str], *,
+                   txn: tuple[str, int] | None = None) -> DatasetMetadata:
+    """Rename columns; one commit, no data file rewritten (Delta's column mapping, Iceberg's
+    field ids).
+
+    The data files keep each renamed column under the name they hold it under (its *file
+    name*, recorded in the schema); every kstore reader (eager, iterator, Dask, Spark)
+    returns it under its new name, predicates and indices use the new name, and new writes
+    store it under the file name too. Older versions keep the old name (time travel reads
+    them as they were). kartothek and plateau read the files: they see the column under its
+    file name (``docs/guides/schema.md``).
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    renames
+        ``{old name: new name}``; names may swap (``{"a": "b", "b": "a"}``).
+    txn
+        ``(app_id, version)``: makes the rename idempotent, as for every write.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Raises
+    ------
+    ColumnNotFoundError
+        A column to rename is not in the dataset (or another writer renamed or dropped it).
+    SchemaMismatchError
+        Two columns would have the same name.
+    InvalidArgumentError
+        A partition column (its name is in every file's path: overwrite the dataset with
+        ``schema_mode="overwrite"`` instead).
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://rename-doc", "d", pd.DataFrame({"id": [1, 2], "amt": [5.0, 6.0]}))
+    >>> _ = kstore.rename_columns("memory://rename-doc", "d", {"amt": "amount"})
+    >>> kstore.read_dataset("memory://rename-doc", "d", predicates=[[("amount", ">", 5.5)]]).to_dict("list")
+    {'id': [2], 'amount': [6.0]}
+    >>> list(kstore.read_dataset("memory://rename-doc", "d", version=0).columns)
+    ['id', 'amt']
+    """
+    if not isinstance(renames, Mapping):
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: renames is a mapping {{old name: new name}}, "
+                                   f"not {type(renames).__name__}")
+    return mutate.change_columns(open_store(store), dataset_uuid, renames=renames,
+                                 options=CommitOptions(txn=as_txn(txn)))
+
+
+def drop_columns(store: StoreLike, dataset_uuid: str, columns: str | Sequence[str], *,
+                 txn: tuple[str, int] | None = None) -> DatasetMetadata:
+    """Drop columns; one commit, no data file rewritten (Delta's column mapping, Iceberg's
+    field ids).
+
+    The files written before keep the values, which no reader of this or a later version
+    reads; garbage collection removes them with the files once no retained version
+    references those (a compaction rewrites files without them). Older versions keep the
+    column (time travel). A column added later under the same name starts empty: its files
+    hold it under a fresh file name, so the dropped values never come back.
+
+    Parameters
+    ----------
+    store
+        Where the dataset lives (:data:`~kstore.io.store.StoreLike`).
+    dataset_uuid
+        The dataset's name.
+    columns
+        The column(s) to drop; a secondary index on one is dropped with it.
+    txn
+        ``(app_id, version)``: makes the drop idempotent, as for every write.
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version.
+
+    Raises
+    ------
+    ColumnNotFoundError
+        A column is not in the dataset (or another writer renamed or dropped it).
+    InvalidArgumentError
+        A partition column, or every column.
+
+    Examples
+    --------
+    >>> import pandas as pd, kstore
+    >>> _ = kstore.store_dataset("memory://dropcol-doc", "d", pd.DataFrame({"id": [1], "tmp": ["x"]}))
+    >>> _ = kstore.drop_columns("memory://dropcol-doc", "d", "tmp")
+    >>> list(kstore.read_dataset("memory://dropcol-doc", "d").columns)
+    ['id']
+    >>> _ = kstore.update_dataset("memory://dropcol-doc", "d", pd.DataFrame({"id": [2], "tmp": ["new"]}),
+    ...                           schema_mode="merge")
+    >>> kstore.read_dataset("memory://dropcol-doc", "d")["tmp"].tolist()
+    [None, 'new']
+    """
+    return mutate.change_columns(open_store(store), dataset_uuid, drops=list(as_columns(columns, "columns")),
+                                 options=CommitOptions(txn=as_txn(txn)))
+
+
 def delete_rows(store: StoreLike, dataset_uuid: str, predicates: Predicates, *,
                 txn: tuple[str, int] | None = None) -> DatasetMetadata:
     """Delete the rows matching ``predicates``: rewrite only the affected files (copy-on-write).
@@ -838,6 +943,7 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
 
         raise DatasetNotFoundError(f"dataset {dataset_uuid!r} does not exist")
     schema = load.load_schema(src, meta)
+    from kstore.core.columns import file_names
     from kstore.core.stats import FileStats, stats_by_label
 
     def moved(key: str) -> str:
@@ -845,6 +951,7 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
 
     # everything that can fail on a damaged source is loaded before the first file is copied
     old_stats = stats_by_label(load.load_stats(src, meta))
+    stored_as = tuple(sorted(file_names(schema).items()))  # the copies hold renamed columns as the files do
     prebuilt = {
         col: (load.load_index(src, meta, col, schema), frozenset(meta.partitions))
         for col in list(meta.indices) + list(meta.inline_indices)
@@ -857,7 +964,8 @@ def copy_dataset(source: StoreLike, dataset_uuid: str, target: StoreLike | None 
             for label, tables in meta.partitions.items():
                 for table, key in tables.items():
                     data = src.get(key)
-                    files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {}))))
+                    files.append(WrittenFile(label, table, moved(key), old_stats.get(label, FileStats(0, 0, {})),
+                                             renamed=stored_as))
                     out.put(moved(key), data)
             op = Create(partition_on=meta.partition_keys, metadata=dict(meta.metadata), table=meta.table,
                         index_columns=tuple(prebuilt), metadata_format=fmt, prebuilt_indices=prebuilt)

@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from kstore.blocks import load
 from kstore.blocks.read import read_plan
+from kstore.core.columns import FILE_NAME, file_name
 from kstore.core.log import LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.planning import plan_read
@@ -77,6 +78,9 @@ class ChangeRange:
     end: int
     entries: tuple[LogEntry, ...]
     schema: pa.Schema
+    #: ``(name, file name)`` of the end version's columns: each version's rows are read under
+    #: the end version's names (a column renamed in the range reads under its new name)
+    names: tuple[tuple[str, str], ...] = ()
 
 
 def plan_changes(store: Store, dataset_uuid: str, start_version: int, end_version: int | None = None) -> ChangeRange:
@@ -111,7 +115,8 @@ def plan_changes(store: Store, dataset_uuid: str, start_version: int, end_versio
         if entry.operation not in NO_ROW_CHANGES:
             entries.append(entry)
     last = newest if end == newest.version else _version(store, dataset_uuid, end, start_version, end)
-    return ChangeRange(dataset_uuid, start_version, end, tuple(entries), _empty(last, store).schema)
+    names = tuple((f.name, file_name(f)) for f in load.load_schema(store, last))
+    return ChangeRange(dataset_uuid, start_version, end, tuple(entries), _empty(last, store).schema, names)
 
 
 def version_changes(store: Store, changes: ChangeRange, entry: LogEntry, before: DatasetMetadata | None = None,
@@ -123,7 +128,7 @@ def version_changes(store: Store, changes: ChangeRange, entry: LogEntry, before:
     now = _version(store, changes.dataset_uuid, v, start, end)
     if before is None and v > 0 and entry.operation != "create":
         before = _version(store, changes.dataset_uuid, v - 1, start, end, previous=True)
-    return _changes_of(store, entry, before, now), now
+    return _changes_of(store, entry, before, now, changes.names), now
 
 
 def conform_changes(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -205,8 +210,32 @@ def _keys(meta: DatasetMetadata | None) -> dict[str, str]:
     return {key: label for label, files in meta.partitions.items() for key in files.values()}
 
 
-def _rows(store: Store, meta: DatasetMetadata | None, keys: set[str]) -> pa.Table | None:
-    """All rows of ``meta``'s files among ``keys`` (None: no such file)."""
+def _aligned(schema: pa.Schema, names: tuple[tuple[str, str], ...]) -> pa.Schema:
+    """``schema`` (a version's) with its columns under the names of the range's end version
+    (``names``: its ``(name, file name)``): a column stored under the same file name takes
+    the end version's name; one the end version dropped and added again (same name,
+    another file name) is left out."""
+    if not names:
+        return schema
+    by_file = {fn: n for n, fn in names}
+    end_names = dict(names)
+    fields = []
+    for f in schema:
+        fn = file_name(f)
+        if fn in by_file:
+            f = f.with_name(by_file[fn])
+            if by_file[fn] != fn:
+                f = f.with_metadata({**(f.metadata or {}), FILE_NAME: fn.encode()})
+        elif f.name in end_names:
+            continue  # another column of the same name (dropped, then added again)
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _rows(store: Store, meta: DatasetMetadata | None, keys: set[str],
+          names: tuple[tuple[str, str], ...] = ()) -> pa.Table | None:
+    """All rows of ``meta``'s files among ``keys`` (None: no such file), under the names
+    ``names`` gives (:func:`_aligned`)."""
     if meta is None or not keys:
         return None
     schema = load.load_schema(store, meta)
@@ -214,14 +243,18 @@ def _rows(store: Store, meta: DatasetMetadata | None, keys: set[str]) -> pa.Tabl
     tasks = tuple(t for t in plan.tasks if t.key in keys)
     if not tasks:
         return None
-    return read_plan(store, replace(plan, tasks=tasks))
+    plan = replace(plan, tasks=tasks)
+    if names and [(f.name, file_name(f)) for f in schema] != list(names):
+        aligned = _aligned(schema, names)  # (every file is read whole: no predicate names a column)
+        plan = replace(plan, schema=aligned, columns=tuple(aligned.names))
+    return read_plan(store, plan)
 
 
 def _changes_of(store: Store, entry: LogEntry, before: DatasetMetadata | None,
-                now: DatasetMetadata) -> list[pa.Table]:
+                now: DatasetMetadata, names: tuple[tuple[str, str], ...] = ()) -> list[pa.Table]:
     old, new = _keys(before), _keys(now)
-    removed = _rows(store, before, set(old) - set(new))
-    added = _rows(store, now, set(new) - set(old))
+    removed = _rows(store, before, set(old) - set(new), names)
+    added = _rows(store, now, set(new) - set(old), names)
     out: list[tuple[str | pa.Array, pa.Table]] = []  # (change type(s), rows), in the order reported
     if entry.operation not in _REWRITES:
         out += [("delete", removed)] if removed is not None else []

@@ -49,12 +49,13 @@ from kstore.blocks.write import (
     write_index_file,
 )
 from kstore.core import naming, runtime, serialize
+from kstore.core.columns import check_written_names, file_name, with_file_names, without_mapping
 from kstore.core.filetable import IDX, file_rows
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
-from kstore.core.operations import AddedFile, Delete, Operation, Overwrite, Restore
+from kstore.core.operations import AddedFile, ColumnChange, Delete, Operation, Overwrite, Restore
 from kstore.core.state import CHECKPOINT_INTERVAL, checkpoint_parts, encode_actions, main_file_bytes
 from kstore.core.stats import exact_int64_columns, stats_table
 from kstore.core.types import (
@@ -189,7 +190,7 @@ def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, 
     if op.creates:  # a full overwrite (no file of the base stays): the new data must fit its schema
         check_partitioning(uuid, base.partition_keys, op.partition_on or ())
         merged = merge_schemas(base_schema, new, dataset=uuid, mode=op.schema_mode, exact_int64=new.names)
-        return without_file_kinds(merged)  # every file is new
+        return without_mapping(without_file_kinds(merged))  # every file is new
     fixed = {*op.partition_keys_on(base), *base.indices, *base.inline_indices, *op.index_columns}
     known = len(files) >= len(op.added) and all(f.stats is not None for f in files)
     new_stats = stats_table([f.label for f in files], [f.stats for f in files], new) if known else None
@@ -197,6 +198,7 @@ def _merged_schema(base: DatasetMetadata | None, base_schema: pa.Schema | None, 
     merged = merge_schemas(base_schema, new, dataset=uuid, mode=op.schema_mode, fixed=fixed, exact_int64=exact)
     if merged.equals(base_schema, check_metadata=False):
         return base_schema
+    merged = with_file_names(merged, base_schema)  # a column added under a used name: a fresh file name
     return with_pandas_metadata(merged, schema_pandas_metadata(base_schema) or schema_pandas_metadata(new))
 
 
@@ -566,6 +568,13 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         new_schema = _merged_schema(base, base_schema, schema, op, dataset_uuid, files)
         if new_schema is None:
             raise InvalidArgumentError(f"dataset {dataset_uuid!r}: a new dataset needs data or a schema")
+        if isinstance(op, ColumnChange):  # a rename or drop: the schema and the file table's columns
+            assert base is not None
+            new_schema, base = op.changed(base, new_schema, dataset_uuid=dataset_uuid)
+            reset = True
+        # every written file must hold its columns under the names the new version gives them
+        check_written_names(new_schema, [(f.key, list(f.stats.columns), dict(f.renamed)) for f in files
+                                         if f.stats is not None], dataset=dataset_uuid)
         if base is not None and not reset and _changes_kind(base_schema, new_schema):
             # a widened column: the statistics of every file take its new type, and this
             # commit records the whole state (replay never meets bounds of both types)
@@ -690,7 +699,8 @@ def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Seq
                 raise InvalidArgumentError(
                     f"dataset {new.uuid!r} has no index on {col!r} yet; build it first with "
                     f"build_indices(store, {new.uuid!r}, [{col!r}])")
-            files = files.merge_index(index_from_store(store, new, unread, col, vtype), unread)
+            files = files.merge_index(index_from_store(store, new, unread, col, vtype,
+                                                       stored_as=file_name(schema.field(col))), unread)
         rows = files.table.take(files.first_rows())
         mask = pc.is_in(rows.column("label"), value_set=pa.array(filled, pa.string()))
         part = rows.filter(mask).select(["label", IDX + col])

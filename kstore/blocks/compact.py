@@ -45,6 +45,7 @@ from kstore.blocks.scope import resolve_scope
 from kstore.blocks.write import FileLayout, WrittenFile, delete_files, to_arrow, write_partitions
 from kstore.core import runtime
 from kstore.core.arguments import as_bool, as_delete_scope, as_txn, as_workers
+from kstore.core.columns import ColumnNames
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Compaction, txn_committed
@@ -324,7 +325,8 @@ def rewrite_group(store: Store, plan: CompactionPlan, group: CompactionGroup, *,
     data_cols = [c for c in names if c not in plan.partition_on]
     data = data.select(list(plan.partition_on) + data_cols)
     return write_partitions(store, plan.dataset_uuid, data,
-                            FileLayout(plan.partition_on, plan.index_columns, plan.table, plan.options),
+                            FileLayout(plan.partition_on, plan.index_columns, plan.table, plan.options,
+                                       ColumnNames.of(rp.schema)),
                             file_id=file_id, max_workers=1)
 
 

@@ -178,10 +178,11 @@ def _scan_local(store: Store, plan: ReadPlan, names: Sequence[str], cols: list[_
     duplicated column names) or fails: the caller then reads file by file, which also
     raises the precise error."""
     from kstore.blocks.arrow import has_duplicate_columns, plan_dataset
+    from kstore.core.columns import file_names
     from kstore.io.arrowfs import is_plain_local
 
-    if not is_plain_local(store):
-        return False
+    if not is_plain_local(store) or file_names(plan.schema):
+        return False  # (renamed columns: read file by file, each under its file name)
     try:
         dataset = plan_dataset(store, plan, names)
         fragments = list(dataset.get_fragments())

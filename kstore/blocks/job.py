@@ -52,6 +52,7 @@ from kstore.blocks.write import (
 )
 from kstore.core import naming, serialize
 from kstore.core.arguments import as_choice, as_columns, as_delete_scope, as_txn
+from kstore.core.columns import ColumnNames
 from kstore.core.commit_options import DEFAULT_MAX_ATTEMPTS, CommitOptions, plain
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.naming import MetadataFormat
@@ -118,7 +119,10 @@ class WriteJob:
     @property
     def layout(self) -> FileLayout:
         """Where the job's files go and how they are encoded (what workers need)."""
-        return FileLayout(tuple(self.partition_on), tuple(self.index_columns), self.table_name, self.options)
+        # a new dataset (a full overwrite too: no file stays) stores every column under its
+        # own name; a write to an existing one, as that version names them (FORMAT.md)
+        names = ColumnNames() if self.creates else ColumnNames.of(self.base_schema)
+        return FileLayout(tuple(self.partition_on), tuple(self.index_columns), self.table_name, self.options, names)
 
     @property
     def creates(self) -> bool:

@@ -57,10 +57,20 @@ from kstore.blocks.planned import reading_planned, replan
 from kstore.blocks.read import index_from_store, read_task
 from kstore.blocks.write import FileLayout, WrittenFile, write_partitions
 from kstore.core import naming, runtime
+from kstore.core.columns import ColumnNames, drop_columns, file_name, rename_columns
 from kstore.core.commit_options import CommitOptions, plain
 from kstore.core.index import index_storage_type
 from kstore.core.metadata import DatasetMetadata
-from kstore.core.operations import BuildIndices, DeleteRows, DropIndices, Operation, UpdateRows, txn_committed
+from kstore.core.operations import (
+    BuildIndices,
+    DeleteRows,
+    DropColumns,
+    DropIndices,
+    Operation,
+    RenameColumns,
+    UpdateRows,
+    txn_committed,
+)
 from kstore.core.planning import ReadPlan, ReadTask, plan_read
 from kstore.core.predicates import Predicates, bind, parse, to_expression
 from kstore.core.types import coerce_literal, describe, read_schema
@@ -136,7 +146,8 @@ def _build_indices(store: Store, dataset_uuid: str, columns: Sequence[str], base
     with reading_planned(store, dataset_uuid, base.version, lambda: [(lab, planned.file_key(lab)) for lab in labels],
                          "build_indices"):
         prebuilt = {
-            c: (index_from_store(store, base, labels, c, index_storage_type(schema.field(c).type)), frozenset(labels))
+            c: (index_from_store(store, base, labels, c, index_storage_type(schema.field(c).type),
+                                 stored_as=file_name(schema.field(c))), frozenset(labels))
             for c in cols
         }
     op = BuildIndices(read_version=read.version, index_columns=tuple(cols), table=base.table, txn=options.txn,
@@ -167,6 +178,32 @@ def drop_indices(store: Store, dataset_uuid: str, columns: Sequence[str], *,
     op = DropIndices(read_version=base.version, drop_index_columns=tuple(cols), table=base.table,
                      txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
                      read_incarnation=base.incarnation, checks_incarnation=True)
+    return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
+
+
+def change_columns(store: Store, dataset_uuid: str, *, renames: Mapping[str, str] | None = None,
+                   drops: Sequence[str] = (), options: CommitOptions | None = None) -> DatasetMetadata:
+    """Rename (``renames``: ``{old: new}``) or drop (``drops``) columns; one commit, no data
+    file touched (:mod:`kstore.core.columns`). Checked against the version read before the
+    commit (a missing column, a partition column, a name taken), and again by the commit
+    against the newest version."""
+    options = options or CommitOptions()
+    base = base_version(store, dataset_uuid, None)
+    schema = load.load_schema(store, base)
+    renames = dict(renames or {})
+    if not renames and not drops:
+        raise InvalidArgumentError(f"dataset {dataset_uuid!r}: rename_columns / drop_columns needs at least one "
+                                   "column")
+    if renames:
+        schema = rename_columns(schema, renames, dataset=dataset_uuid, fixed=base.partition_keys)
+    if drops:
+        schema = drop_columns(schema, list(drops), dataset=dataset_uuid, fixed=base.partition_keys)
+    if _committed_before(base, options):
+        return base
+    kind = RenameColumns if renames else DropColumns
+    op = kind(read_version=base.version, renames=tuple(renames.items()), drops=tuple(dict.fromkeys(drops)),
+              table=base.table, txn=options.txn, metadata=plain(options.metadata), info=plain(options.info),
+              read_incarnation=base.incarnation, checks_incarnation=True)
     return commit(store, dataset_uuid, op, max_attempts=options.max_attempts).dataset
 
 
@@ -250,7 +287,7 @@ def plan_rewrite(store: Store, dataset_uuid: str, base: DatasetMetadata, schema:
     indices = load.load_indices(store, base, sec, schema)
     plan = plan_read(base, schema, predicates, indices=indices, stats=load.load_stats(store, base))
     order = tuple(base.partition_keys) + tuple(c for c in schema.names if c not in base.partition_keys)
-    return RewritePlan(dataset_uuid, base.version, plan, FileLayout(base.partition_keys, sec, base.table), order,
+    return RewritePlan(dataset_uuid, base.version, plan, FileLayout(base.partition_keys, sec, base.table, names=ColumnNames.of(schema)), order,
                        operation, (origin or base).incarnation)
 
 

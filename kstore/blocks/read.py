@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from kstore.blocks.arrow import LOCAL_PARQUET, PARQUET
 from kstore.core.arguments import as_bool, as_columns
+from kstore.core.columns import file_names, renamed_dnf
 from kstore.core.planning import ReadPlan, ReadTask
 from kstore.core.predicates import columns_of, to_expression
 from kstore.core.runtime import parallel_map, pool_size
@@ -81,6 +82,7 @@ def read_task(
     pvalues = dict(task.partition_values)
     residual_cols = [c for c in columns_of(task.residual) if c not in pvalues]
     data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pvalues]
+    renames = file_names(plan.schema)  # columns the files hold under another name (FORMAT.md)
     try:
         fh, threads = open_for_arrow(store, task.key)
     except KeyNotFoundError as exc:
@@ -94,16 +96,22 @@ def read_task(
             # and the bytes it returned (see kstore.io.arrowfs.open_for_arrow)
             fragment = (LOCAL_PARQUET if threads else PARQUET).make_fragment(fh)
             physical = fragment.physical_schema
-            present = [c for c in data_cols if c in physical.names]
+            present = [c for c in data_cols if renames.get(c, c) in physical.names]
             expr = to_expression(task.residual, rschema) if task.residual else None
-            can_push = (expr is not None and all(c in physical.names for c in residual_cols)
+            can_push = (expr is not None and all(renames.get(c, c) in physical.names for c in residual_cols)
                         and nan_safe(task.residual, rschema))
+            # the pushed filter names the files' columns (a renamed column: its file name)
+            pushed = (to_expression(renamed_dnf(task.residual, renames), _in_files(rschema, renames))
+                      if can_push and renames else expr)
+            stored = [renames.get(c, c) for c in present]
             try:
-                table = fragment.to_table(columns=present, filter=expr if can_push else None,
+                table = fragment.to_table(columns=stored, filter=pushed if can_push else None,
                                           memory_pool=memory_pool, use_threads=threads)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 can_push = False
-                table = fragment.to_table(columns=present, memory_pool=memory_pool, use_threads=threads)
+                table = fragment.to_table(columns=stored, memory_pool=memory_pool, use_threads=threads)
+            if renames:
+                table = table.rename_columns(present)
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             raise CorruptMetadataError(
                 f"dataset {plan.dataset_uuid!r}: {task.key!r} is not a readable Parquet file ({exc})"
@@ -120,6 +128,11 @@ def read_task(
         arrays.append(_constant(pvalues[name], f.type, n) if name in pvalues else table.column(name))
         fields.append(f)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _in_files(schema: pa.Schema, renames: dict[str, str]) -> pa.Schema:
+    """``schema`` with the renamed columns under their file names."""
+    return pa.schema([f.with_name(renames.get(f.name, f.name)) for f in schema])
 
 
 def empty_table(plan: ReadPlan, columns: Sequence[str] | None = None) -> pa.Table:
@@ -174,8 +187,8 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     from kstore.blocks.arrow import has_duplicate_columns, plan_dataset
     from kstore.io.arrowfs import is_plain_local
 
-    if not MULTI_FILE_SCAN:
-        return None
+    if not MULTI_FILE_SCAN or file_names(plan.schema):
+        return None  # (renamed columns: the per-file path reads each under its file name)
     if not is_plain_local(store):
         return None  # other stores: per-file range reads (a Python file per fragment is slower)
     tasks = plan.tasks
@@ -356,19 +369,23 @@ def nullable_columns(plan: ReadPlan, stats: pa.Table | None) -> frozenset[str]:
 
 
 def index_from_store(
-    store: Store, meta: Any, labels: Sequence[str], column: str, vtype: pa.DataType, *, max_workers: int | None = None
+    store: Store, meta: Any, labels: Sequence[str], column: str, vtype: pa.DataType, *, max_workers: int | None = None,
+    stored_as: str | None = None,
 ) -> Any:
-    """Build the index of ``column`` over the given partitions by reading that one column."""
+    """Build the index of ``column`` over the given partitions by reading that one column
+    (``stored_as``: its file name, when the files hold it under another one)."""
     from kstore.core.index import ColumnIndex
+
+    name = stored_as or column
 
     def one(label: str) -> tuple[pa.Array, str]:
         key = meta.file_key(label)
         try:
             with store.open(key) as fh:
                 pf = pq.ParquetFile(fh)
-                if column not in pf.schema_arrow.names:
+                if name not in pf.schema_arrow.names:
                     return pa.array([], vtype), label
-                col = pf.read(columns=[column]).column(column)
+                col = pf.read(columns=[name]).column(name)
             if pat.is_dictionary(col.type):
                 col = col.cast(col.type.value_type)
             values = pc.unique(col.combine_chunks()).drop_null()

@@ -455,10 +455,17 @@ class Snapshot:
         """
         from kstore.blocks.arrow import plan_dataset
         from kstore.blocks.read import nan_safe
+        from kstore.core.columns import file_names
         from kstore.core.predicates import to_expression
         from kstore.core.types import read_schema
 
         plan = self.plan(predicates=predicates_or_filters(predicates, filters), table=table)
+        renamed = file_names(plan.schema)
+        if renamed:
+            raise InvalidArgumentError(
+                f"dataset {self.dataset_uuid!r} version {self.version}: column(s) {sorted(renamed)} are stored under "
+                f"other names in the data files ({renamed}: renamed, or added again after a drop), which a pyarrow "
+                "dataset cannot map; read with Snapshot.read_table / kstore.read_table, or Dask / Spark")
         dataset = plan_dataset(self.store, plan)
         if plan.predicates is None:
             return dataset

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from kstore.core import naming, runtime
+from kstore.core.columns import ColumnNames, files_schema
 from kstore.core.index import ColumnIndex
 from kstore.core.runtime import pool_size
 from kstore.core.stats import FileStats, file_stats
@@ -95,6 +97,10 @@ class WrittenFile:
     key: str
     stats: FileStats
     index_values: Mapping[str, pa.Array] = field(default_factory=dict)
+    #: ``(column, file name)`` of the columns the file holds under another name (a renamed
+    #: column, a column added again after a drop: :mod:`kstore.core.columns`); the commit
+    #: checks them against the version it commits
+    renamed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,9 @@ class FileLayout:
     index_columns: tuple[str, ...] = ()
     table_name: str = naming.DEFAULT_TABLE
     options: WriteOptions = DEFAULT_OPTIONS
+    #: the names the files hold columns under (:class:`~kstore.core.columns.ColumnNames` of
+    #: the version written to; empty: every column under its own name)
+    names: ColumnNames = ColumnNames()
 
 
 def to_arrow(data: Any, *, dataset: str = "?", threads: int | None = None) -> pa.Table:
@@ -496,12 +505,16 @@ def _file_schema_metadata(serialized: bytes) -> tuple[tuple[bytes, bytes], ...]:
 
 def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
                plain: frozenset[str] = frozenset(), judge: bool = False,
-               metadata: Mapping[bytes, bytes] | None = None) -> tuple[bytes, frozenset[str]]:
+               metadata: Mapping[bytes, bytes] | None = None,
+               renames: Mapping[str, str] | None = None) -> tuple[bytes, frozenset[str]]:
     """:func:`parquet_bytes`, with ``use_dictionary="auto"``'s columns in ``plain`` written
     without a dictionary; with ``judge``, also returns the columns whose dictionary did not
     pay in this file (:func:`dictionary_misses`), which the writer's other files write plain.
-    ``metadata``: :func:`file_schema_metadata` of ``data.schema``, when the caller has it."""
+    ``metadata``: :func:`file_schema_metadata` of ``data.schema``, when the caller has it.
+    ``renames``: ``{column: file name}`` of the columns the file holds under another name."""
     data = data.replace_schema_metadata(file_schema_metadata(data.schema) if metadata is None else metadata)
+    if renames:
+        return _renamed_file(data, options, presorted=presorted, plain=plain, judge=judge, renames=renames)
     kwargs = options.parquet_kwargs()
     if options.sort_by:
         if not presorted:
@@ -520,6 +533,31 @@ def _data_file(data: pa.Table, options: WriteOptions, *, presorted: bool,
     collected: list[pq.FileMetaData] = []
     payload = _encoded(data, metadata_collector=collected, **kwargs)
     return payload, (dictionary_misses(collected[0], data) if collected else frozenset())
+
+
+def _renamed_file(data: pa.Table, options: WriteOptions, *, presorted: bool, plain: frozenset[str], judge: bool,
+                  renames: Mapping[str, str]) -> tuple[bytes, frozenset[str]]:
+    """:func:`_data_file` of ``data`` with its columns under their file names (``renames``):
+    the write options and the pandas metadata name them so too."""
+    from kstore.core.columns import renamed_pandas_metadata
+
+    if options.sort_by and not presorted:
+        data = sort_rows(data, options.sort_by)
+    meta = dict(data.schema.metadata or {})
+    pandas = renamed_pandas_metadata(schema_pandas_metadata(data.schema), renames)
+    if pandas is not None:
+        meta[b"pandas"] = json.dumps(pandas).encode()
+    stored = data.rename_columns([renames.get(c, c) for c in data.column_names]).replace_schema_metadata(meta)
+    use_dictionary = options.use_dictionary
+    if isinstance(use_dictionary, tuple):
+        use_dictionary = tuple(renames.get(c, c) for c in use_dictionary)
+    stored_options = replace(options, sort_by=tuple(renames.get(c, c) for c in options.sort_by),
+                             bloom_filters=tuple(renames.get(c, c) for c in options.bloom_filters),
+                             use_dictionary=use_dictionary)
+    back = {f: c for c, f in renames.items()}
+    payload, misses = _data_file(stored, stored_options, presorted=True,
+                                 plain=frozenset(renames.get(c, c) for c in plain), judge=judge, metadata=meta)
+    return payload, frozenset(back.get(c, c) for c in misses)
 
 
 #: a dictionary pays when a column's chunks (dictionary page and indices, before
@@ -600,7 +638,9 @@ def _write_file(store: Store, layout: FileLayout, label: str, key: str, data: pa
                 metadata: Mapping[bytes, bytes] | None = None) -> tuple[WrittenFile, frozenset[str]]:
     """Write one data file; returns its record and (``judge``) the columns whose dictionary
     did not pay in it (:func:`_data_file`)."""
-    payload, misses = _data_file(data, layout.options, presorted=True, plain=plain, judge=judge, metadata=metadata)
+    renames = layout.names.mapping(data.column_names)
+    payload, misses = _data_file(data, layout.options, presorted=True, plain=plain, judge=judge, metadata=metadata,
+                                 renames=renames)
     store.put(key, payload)
     idx_values = {}
     for c in layout.index_columns:
@@ -610,7 +650,8 @@ def _write_file(store: Store, layout: FileLayout, label: str, key: str, data: pa
         if pat.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         idx_values[c] = _sorted_distinct(col)
-    return WrittenFile(label, layout.table_name, key, file_stats(data, len(payload)), idx_values), misses
+    return WrittenFile(label, layout.table_name, key, file_stats(data, len(payload)), idx_values,
+                       tuple(sorted(renames.items()))), misses
 
 
 #: rows a file needs before its dictionary misses decide for a whole stream of chunks (a
@@ -823,6 +864,7 @@ def common_metadata_bytes(schema: pa.Schema) -> bytes:
     >>> pq.read_schema(pa.BufferReader(common_metadata_bytes(pa.schema([("n", pa.int32())])))).field("n").type
     DataType(int64)
     """
+    schema = files_schema(schema)  # (kartothek reads the files: renamed columns under their file names)
     common = normalize_schema(schema)
     source = schema_pandas_metadata(schema)
     if not (common.equals(schema, check_metadata=False) and not (source or {}).get("index_columns")):

@@ -291,6 +291,29 @@ class FileTable:
                     rows = rows.set_column(i, name, rows.column(i).cast(want))
         return self if rows is self._rows else self._same_kind(rows)
 
+    def with_columns_renamed(self, renames: Mapping[str, str | None]) -> FileTable:
+        """This table with the statistics and ``idx:`` lists of the columns ``renames`` names
+        under their new names (``None``: dropped), for a rename or drop of dataset columns.
+
+        >>> ft = FileTable(pa.table({"label": ["a"], "table": ["t"], "key": ["d/t/a.parquet"],
+        ...                          "min:x": [1], "max:x": [2], "nulls:x": [0], "idx:x": [[1, 2]]}))
+        >>> ft.with_columns_renamed({"x": "y"}).table.column_names[3:]
+        ['min:y', 'max:y', 'nulls:y', 'idx:y']
+        >>> ft.with_columns_renamed({"x": None}).table.column_names
+        ['label', 'table', 'key']
+        """
+        rows = self._rows
+        names, keep = [], []
+        for i, name in enumerate(rows.column_names):
+            prefix, _, col = name.partition(":")
+            if col and prefix in ("min", "max", "nulls", "idx") and col in renames:
+                if renames[col] is None:
+                    continue
+                name = f"{prefix}:{renames[col]}"
+            names.append(name)
+            keep.append(i)
+        return self._same_kind(rows.select(keep).rename_columns(names))
+
     def __len__(self) -> int:
         return int(self._stored.num_rows)
 

@@ -37,7 +37,7 @@ from kstore.errors import (
 __all__ = [
     "Operation", "OperationKind", "AddedFile", "next_version", "txn_committed", "Create", "Overwrite", "Append", "DeleteScope",
     "OverwritePartitions", "BuildIndices", "DropIndices", "DeleteRows", "UpdateRows", "Merge", "Compaction", "Upgrade",
-    "Vacuum", "Delete", "Restore", "SchemaMode", "SCHEMA_MODES",
+    "Vacuum", "Delete", "Restore", "ColumnChange", "RenameColumns", "DropColumns", "SchemaMode", "SCHEMA_MODES",
 ]
 
 #: How a write's schema meets the dataset's: ``"strict"`` (the columns and their kinds of type
@@ -50,7 +50,7 @@ SCHEMA_MODES: tuple[SchemaMode, ...] = ("strict", "merge", "overwrite")
 OperationKind = Literal[
     "create", "overwrite", "append", "delete_scope", "overwrite_partitions",
     "build_indices", "drop_indices", "delete_rows", "update", "merge", "compaction", "upgrade", "vacuum", "delete",
-    "restore",
+    "restore", "rename_columns", "drop_columns",
 ]
 
 
@@ -442,6 +442,61 @@ class Restore(Operation):
         return self.target.evolve(version=version, schema=schema if schema is not None else self.target.schema,
                                   txns=txns, metadata=user, incarnation=base.incarnation, commit_id=None,
                                   orphan_cutoff_ms=base.orphan_cutoff_ms, main_format=base.main_format)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnChange(Operation):
+    """Columns renamed or dropped without rewriting a data file (:mod:`kstore.core.columns`):
+    the schema and the file table's statistics and index lists change names; the files keep
+    every value under its file name.
+
+    Conflict rule: the change applies to the newest version (it commutes with appends,
+    compactions and row changes committed meanwhile); a column it names that the newest
+    version lacks (renamed or dropped meanwhile) is a :class:`~kstore.errors.ColumnNotFoundError`.
+    A write that read a version before the change and commits after it fails in its own
+    commit (its files hold a column under a name that now means another one).
+    """
+
+    kind: ClassVar[OperationKind] = "rename_columns"
+
+    #: ``(old name, new name)`` of the columns renamed
+    renames: tuple[tuple[str, str], ...] = ()
+    #: the columns dropped
+    drops: tuple[str, ...] = ()
+
+    def changed(self, base: DatasetMetadata, schema: pa.Schema, *,
+                dataset_uuid: str) -> tuple[pa.Schema, DatasetMetadata]:
+        """The new schema and ``base`` with its file table's columns and indices renamed or
+        dropped (``base`` is columnar)."""
+        from kstore.core.columns import drop_columns, rename_columns
+
+        fixed = tuple(base.partition_keys)
+        moved: dict[str, str | None] = dict(self.renames)
+        if self.renames:
+            schema = rename_columns(schema, dict(self.renames), dataset=dataset_uuid, fixed=fixed)
+        if self.drops:
+            schema = drop_columns(schema, self.drops, dataset=dataset_uuid, fixed=fixed)
+            moved.update(dict.fromkeys(self.drops))
+
+        def kept(indices: Mapping[str, Any]) -> dict[str, Any]:
+            return {str(moved.get(c, c)): v for c, v in indices.items() if not (c in moved and moved[c] is None)}
+
+        new = base.with_files(base.files.with_columns_renamed(moved)) if base.columnar else base
+        return schema, new.evolve(indices=kept(base.indices), inline_indices=kept(base.inline_indices))
+
+
+@dataclass(frozen=True, slots=True)
+class RenameColumns(ColumnChange):
+    """Columns renamed (``rename_columns``)."""
+
+    kind: ClassVar[OperationKind] = "rename_columns"
+
+
+@dataclass(frozen=True, slots=True)
+class DropColumns(ColumnChange):
+    """Columns dropped (``drop_columns``)."""
+
+    kind: ClassVar[OperationKind] = "drop_columns"
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,15 @@ def test_jvm_reads_a_widened_dataset_exactly(results):
     assert r["feed"] == r["feed_want"] and len(r["feed"]) == 4  # readChangeFeed=true on the JVM source
 
 
+def test_jvm_reads_renamed_and_dropped_columns(results):
+    """A dropped column reads natively (the files' extra column is not read); a renamed one
+    through the Python source (the files hold it under its old name)."""
+    r = _ok(results, "renamed")
+    assert r["native"] == {"rows": [[1, 10], [1, 20], [2, 30]], "columns": ["a", "p"]}
+    assert r["rows"] == [[1, 10], [1, 20], [2, 30], [2, 40]] and r["columns"] == ["amount", "p"]
+    assert r["filtered"] == [20, 30, 40]
+
+
 def test_jvm_catalog_tables_and_spark_file_insert_refused(results):
     r = _ok(results, "catalog_tables")
     assert r["select"] == r["want"] > 0  # CREATE TABLE ... USING kstore LOCATION '<path>'

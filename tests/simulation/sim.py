@@ -147,6 +147,11 @@ class Config:
     #: of ids planned before, some moved to another partition, and new rows) or an
     #: ``update_rows`` of the rows with one ``x`` (their own random stream too)
     upsert_rate: float = 0.0
+    #: chance that a writer's operation (not its first) renames the column ``x`` to ``y`` or
+    #: back (``kstore.rename_columns``, no data file rewritten); every operation then asks for
+    #: the column's name first (a store call: a rename may commit between), and a write that
+    #: read the other name must fail, never commit values under the wrong column (#33)
+    rename_rate: float = 0.0
 
 
 #: one setting per fault kind of issue #29 (``python -m tests.simulation.run --mode <kind>``,
@@ -165,6 +170,9 @@ FAULT_KINDS: dict[str, Config] = {
     # (not a fault: upserts and updates by predicate beside every other writer, compaction and
     # GC; their conflict rules keep the model's row ids unique and every version exact; #33)
     "row-changes": Config(upsert_rate=0.5, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
+    # (not a fault: column renames, x <-> y, beside appends, row changes, restores, compaction
+    # and GC: readers see every version's rows under that version's name; #33)
+    "renames": Config(rename_rate=0.3, upsert_rate=0.2, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
 }
 
 
@@ -211,6 +219,7 @@ class Stats:
     kinds: Counter = field(default_factory=Counter)  # schedules by fault kind drawn (mixed)
     restores: int = 0  # kstore.restore calls started (restores mode)
     row_changes: int = 0  # kstore.merge and update_rows calls started (row-changes mode)
+    renames: int = 0  # kstore.rename_columns calls started (renames mode)
 
 
 # ---------------------------------------------------------------------------------------
@@ -737,13 +746,19 @@ class Op:
         return base
 
 
-def frame(rows) -> pd.DataFrame:
-    return pd.DataFrame({"p": [r[1] for r in rows], "rid": [r[0] for r in rows], "x": [r[2] for r in rows]})
+def frame(rows, x: str = "x") -> pd.DataFrame:
+    """The model's rows as written; ``x``: the name the version written to gives the column."""
+    return pd.DataFrame({"p": [r[1] for r in rows], "rid": [r[0] for r in rows], x: [r[2] for r in rows]})
+
+
+def x_name(names: Any) -> str:
+    """The name a version gives the model's column x (``y`` after an odd number of renames)."""
+    return "y" if "y" in names else "x"
 
 
 def rows_of(table: pa.Table) -> Rows:
     d = table.to_pydict()
-    return frozenset(zip(d["rid"], d["p"], d["x"]))
+    return frozenset(zip(d["rid"], d["p"], d[x_name(d)]))
 
 
 def duplicates(rids: list[int]) -> list[int]:
@@ -1023,10 +1038,11 @@ class Observer:
 
     def _check_indices(self, v: int, table: pa.Table) -> None:
         """The index of x answers like a scan of the same version (one value per version)."""
-        pairs = list(zip(table.column("rid").to_pylist(), table.column("x").to_pylist()))
+        name = x_name(table.column_names)
+        pairs = list(zip(table.column("rid").to_pylist(), table.column(name).to_pylist()))
         x = self.rng.randrange(6)
         try:
-            hits = kstore.read_table(self.raw, UUID, version=v, predicates=[[("x", "==", x)]], columns=["rid"])
+            hits = kstore.read_table(self.raw, UUID, version=v, predicates=[[(name, "==", x)]], columns=["rid"])
         except KstoreError as exc:
             self.fail(f"version {v}: a read with x == {x} fails the moment it is committed: {exc!r}"
                       f"{self.sched.damage_note()}")
@@ -1107,6 +1123,7 @@ class Simulation:
         self.snap_rng = random.Random(seed * 13 + 7)
         self.restore_rng = random.Random(seed * 17 + 3)  # (its own stream: the other draws stay as they were)
         self.upsert_rng = random.Random(seed * 19 + 11)  # (the same)
+        self.rename_rng = random.Random(seed * 23 + 7)  # (the same)
         self.settled_rids = 0  # row ids 1..settled_rids were written before the writers started
         self.outcomes: list[Outcome] = []
         self.errors: list[str] = []
@@ -1165,6 +1182,9 @@ class Simulation:
             elif (op.kind != "create" and j > 0 and self.config.upsert_rate
                     and self.upsert_rng.random() < self.config.upsert_rate):
                 op = self._row_change(tag)
+            elif (op.kind != "create" and j > 0 and self.config.rename_rate
+                    and self.rename_rng.random() < self.config.rename_rate):
+                op = Op("rename", tag)
             if op.kind not in ("create", "restore") and self.snap_rng.random() < self.config.snapshot_rate:
                 op = replace(op, snapshot=True)
                 if self.config.recreate_cycles and self.stale_rng.random() < self.config.stale_rate:
@@ -1204,32 +1224,37 @@ class Simulation:
     def _run_op(self, st: SimStore, op: Op) -> Any:
         if op.snapshot:
             return self._run_on_snapshot(st, op)
+        # the name the newest version gives x (renames mode: asked first, a store call of its own)
+        x = x_name(kstore.read_schema(st, UUID).names) if self.config.rename_rate and op.kind != "create" else "x"
+        if op.kind == "rename":
+            self.stats.renames += 1
+            return kstore.rename_columns(st, UUID, {x: "x" if x == "y" else "y"}, txn=op.tag)
         if op.kind == "create":
-            return kstore.store_dataset(st, UUID, frame(op.rows), partition_on="p", secondary_indices="x", txn=op.tag)
+            return kstore.store_dataset(st, UUID, frame(op.rows, x), partition_on="p", secondary_indices="x", txn=op.tag)
         if op.kind == "append":
-            return kstore.update_dataset(st, UUID, frame(op.rows), txn=op.tag)
+            return kstore.update_dataset(st, UUID, frame(op.rows, x), txn=op.tag)
         if op.kind == "overwrite":
-            return kstore.update_dataset(st, UUID, frame(op.rows), mode="overwrite_partitions", txn=op.tag)
+            return kstore.update_dataset(st, UUID, frame(op.rows, x), mode="overwrite_partitions", txn=op.tag)
         if op.kind == "delete_scope":
             return kstore.update_dataset(st, UUID, delete_scope=[{"p": op.partition}], txn=op.tag)
         if op.kind == "delete_rows":
-            return kstore.delete_rows(st, UUID, [[("x", "==", op.x)]], txn=op.tag)
+            return kstore.delete_rows(st, UUID, [[(x, "==", op.x)]], txn=op.tag)
         if op.kind == "compact":
             done = kstore.compact(st, UUID, txn=op.tag)  # no store call after it returns
             return SimpleNamespace(version=done.version if done.committed is None else done.committed)
         if op.kind == "drop_indices":
-            return kstore.drop_indices(st, UUID, ["x"], txn=op.tag)
+            return kstore.drop_indices(st, UUID, [x], txn=op.tag)
         if op.kind == "merge":
             self.stats.row_changes += 1
-            return kstore.merge(st, UUID, frame(op.rows), on="rid", txn=op.tag).dataset
+            return kstore.merge(st, UUID, frame(op.rows, x), on="rid", txn=op.tag).dataset
         if op.kind == "update":
             self.stats.row_changes += 1
-            return kstore.update_rows(st, UUID, [[("x", "==", op.x)]], set=_update_values(op), txn=op.tag).dataset
+            return kstore.update_rows(st, UUID, [[(x, "==", op.x)]], set=_update_values(op, x), txn=op.tag).dataset
         if op.kind == "restore":
             self.stats.restores += 1
             newest = kstore.load_metadata(st, UUID).version or 0
             return kstore.restore(st, UUID, max(0, newest - (op.x or 1)), txn=op.tag)
-        return kstore.build_indices(st, UUID, ["x"], txn=op.tag)
+        return kstore.build_indices(st, UUID, [x], txn=op.tag)
 
     def _run_on_snapshot(self, st: SimStore, op: Op) -> Any:
         """The typed operation of a snapshot opened first: every store call of the open and
@@ -1242,26 +1267,30 @@ class Simulation:
                 obs, sched = self.observer, self.sched
                 st.wait("stale-wait", lambda: obs.incarnations > inc or "d" not in sched.alive)
         opts = kstore.CommitOptions(txn=op.tag)
+        x = x_name(snap.schema().names)
+        if op.kind == "rename":
+            self.stats.renames += 1
+            return kstore.rename_columns(st, UUID, {x: "x" if x == "y" else "y"}, txn=op.tag)
         if op.kind == "append":
-            return snap.append(frame(op.rows), options=opts)
+            return snap.append(frame(op.rows, x), options=opts)
         if op.kind == "overwrite":
-            return snap.overwrite_partitions(frame(op.rows), options=opts)
+            return snap.overwrite_partitions(frame(op.rows, x), options=opts)
         if op.kind == "delete_scope":
             return snap.delete_partitions([{"p": op.partition}], options=opts)
         if op.kind == "delete_rows":
-            return snap.delete_rows([[("x", "==", op.x)]], options=opts)
+            return snap.delete_rows([[(x, "==", op.x)]], options=opts)
         if op.kind == "compact":
             return snap.compact(options=opts)
         if op.kind == "merge":
             self.stats.row_changes += 1
-            return snap.merge(frame(op.rows), "rid", options=opts)
+            return snap.merge(frame(op.rows, x), "rid", options=opts)
         if op.kind == "update":
             self.stats.row_changes += 1
-            return snap.update_rows([[("x", "==", op.x)]], _update_values(op), options=opts)
+            return snap.update_rows([[(x, "==", op.x)]], _update_values(op, x), options=opts)
         if op.kind == "drop_indices":
-            return snap.drop_indices(["x"], options=opts)
+            return snap.drop_indices([x], options=opts)
         assert op.kind == "build_indices", op
-        return snap.build_indices(["x"], options=opts)
+        return snap.build_indices([x], options=opts)
 
     def _writer(self, name: str, plan: list[tuple[Op, int]]) -> None:
         st = SimStore(self.raw, self.sched, name, self.observer)
@@ -1379,6 +1408,8 @@ class Simulation:
         st = SimStore(self.raw, self.sched, name, self.observer)
         for _ in range(self.config.reads):
             predicate = self.rng.choice([None, ("x", "==", self.rng.randrange(6)), ("p", "==", "p1")])
+            if self.config.rename_rate and predicate is not None and predicate[0] == "x":
+                predicate = None  # (x may be named y in the version read; the observer checks x per version)
             version = None
             if self.rng.random() < 0.3:
                 known = sorted(v for v, s in self.observer.snapshots.items() if s is not None)
@@ -1392,7 +1423,7 @@ class Simulation:
                 if as_frame:
                     df = read_frame(st, plan, None, planned_rows(meta, plan))
                     rids = df["rid"].tolist()
-                    return plan, (frozenset(zip(rids, df["p"].tolist(), df["x"].tolist())), rids)
+                    return plan, (frozenset(zip(rids, df["p"].tolist(), df[x_name(df.columns)].tolist())), rids)
                 table = read_plan(st, plan)
                 return plan, (rows_of(table), table.column("rid").to_pylist())
 
@@ -1604,9 +1635,10 @@ class Simulation:
                 obs.fail("the dataset reads although its newest version has no dataset")
 
 
-def _update_values(op: Op) -> dict[str, Any]:
-    """What an ``update`` op sets: x to (x + 1) % 6 and, if it names one, p (as Op.apply)."""
-    values: dict[str, Any] = {"x": (op.x + 1) % 6 if op.x is not None else None}
+def _update_values(op: Op, x: str = "x") -> dict[str, Any]:
+    """What an ``update`` op sets: x (under its name ``x``) to (x + 1) % 6 and, if it names
+    one, p (as Op.apply)."""
+    values: dict[str, Any] = {x: (op.x + 1) % 6 if op.x is not None else None}
     if op.partition is not None:
         values["p"] = op.partition
     return values

@@ -129,7 +129,7 @@ _FAULT_PICK = {k.strip() for k in os.environ.get("KSTORE_SIM_FAULT_KINDS", "").s
 #: and operations) than in the mixed modes: 550 beside the 2,000 of the other modes (pauses
 #: run ~8 times as long as the others); KSTORE_SIM_FAULT_SCHEDULES=N runs N of each instead
 _CI_FAULT_BUDGET = {"clock-skew": 100, "pauses": 30, "held-creates": 100, "recreate": 100, "damaged-derived": 100,
-                    "restores": 60, "row-changes": 60}
+                    "restores": 60, "row-changes": 60, "renames": 60}
 FAULT_BUDGET = {kind: int(_FAULT_N) if _FAULT_N else _CI_FAULT_BUDGET.get(kind, 100)
                 for kind in FAULT_KINDS if not _FAULT_PICK or kind in _FAULT_PICK}
 #: each kind's seeds (other than the other modes')
@@ -148,6 +148,7 @@ def _fired(kind: str, stats: list[Stats]) -> bool:
         "damaged-derived": faults["damage"] > 0,
         "restores": sum(s.restores for s in stats) > 0,
         "row-changes": sum(s.row_changes for s in stats) > 0,
+        "renames": sum(s.renames for s in stats) > 0,
     }[kind]
 
 
@@ -172,6 +173,8 @@ def test_fault_kind(kind, start):
         assert sum(s.committed["restore"] for s in stats) > 0
     if kind == "row-changes":
         assert sum(s.committed["merge"] for s in stats) > 0 and sum(s.committed["update"] for s in stats) > 0
+    if kind == "renames":  # renames committed beside appends that raced them
+        assert sum(s.committed["rename_columns"] for s in stats) > 0
     assert sum(s.outcomes["acked"] for s in stats) > n
 
 

@@ -137,6 +137,7 @@ class Planner:
     def resolve(self, options_json: str) -> str:
         """Pin the version the options name (``versionAsOf`` / ``timestampAsOf`` included):
         its Spark schema, partition columns, root and size, and a handle for :meth:`plan`."""
+        from kstore.core.columns import file_names
         from kstore.core.planning import file_sizes
         from kstore.core.types import file_kinds
         from kstore.spark.datasource import PYTHON_SOURCE_NAME
@@ -168,11 +169,14 @@ class Planner:
         handle = {"options": pinned, "version": source.version}
         self._remember(json.dumps(handle, sort_keys=True), source)
         python_read = None
-        if any(file_kinds(f) for f in snap.schema(source.table)):
+        schema = snap.schema(source.table)
+        if any(file_kinds(f) for f in schema) or file_names(schema):
             # a widened column: files of an older kind (int64 files of a double column), which
-            # Spark's Parquet scan does not convert; the Python source reads the pinned version
+            # Spark's Parquet scan does not convert; a renamed column: files that hold it under
+            # another name, which Spark's scan would read as nulls. The Python source reads
+            # the pinned version
             python_read = {**pinned, "version": str(source.version)}
-            log.info("dataset %r v%s has widened columns: format('kstore') reads it through %r",
+            log.info("dataset %r v%s has widened or renamed columns: format('kstore') reads it through %r",
                      source.dataset_uuid, source.version, PYTHON_SOURCE_NAME)
         return json.dumps({
             "handle": handle,
