@@ -34,7 +34,14 @@ from kstore.blocks.compact import (
     plan_compaction,
     rewrite_groups,
 )
-from kstore.blocks.gc import DEFAULT_RETENTION, MIN_RETENTION, GCResult, collect_garbage, delete_all
+from kstore.blocks.gc import (
+    DEFAULT_LOG_RETENTION,
+    DEFAULT_RETENTION,
+    MIN_RETENTION,
+    GCResult,
+    collect_garbage,
+    delete_all,
+)
 from kstore.blocks.history import Diff, HistoryEntry, version_as_of
 from kstore.blocks.history import diff as _diff
 from kstore.blocks.history import history as _history
@@ -667,13 +674,15 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
     as_frame
         Return a pandas DataFrame, one row per version (columns ``version``, ``parent``,
         ``timestamp``, ``operation``, ``rows_added``, ``added``, ``removed``,
-        ``n_files``, ``writer``, ``txn``, ``info``; ``n_partitions``, the old name of
-        ``n_files``, stays for one more release).
+        ``n_files``, ``writer``, ``txn``, ``info``, ``expired``; ``n_partitions``, the old
+        name of ``n_files``, stays for one more release).
 
     Returns
     -------
     list[HistoryEntry] or pandas.DataFrame
-        The retained versions, oldest first. A kartothek/plateau dataset that kstore never
+        The versions, oldest first: the retained ones, and those garbage collection expired
+        within its log retention (``expired=True``: listed, no longer readable; 30 days by
+        default, see :func:`garbage_collect`). A kartothek/plateau dataset that kstore never
         wrote has none (an empty list).
 
     Examples
@@ -696,10 +705,10 @@ def history(store: StoreLike, dataset_uuid: str, *, limit: int | None = None,
     import pandas as pd
 
     columns = ["version", "parent", "timestamp", "operation", "rows_added", "added", "removed", "n_files",
-               "writer", "txn", "info", "n_partitions"]
+               "writer", "txn", "info", "expired", "n_partitions"]
     rows = [{"version": e.version, "parent": e.parent, "timestamp": e.timestamp, "operation": e.operation,
              "rows_added": e.rows_added, "added": len(e.added), "removed": len(e.removed),
-             "n_files": e.n_files, "writer": e.writer, "txn": e.txn, "info": e.info,
+             "n_files": e.n_files, "writer": e.writer, "txn": e.txn, "info": e.info, "expired": e.expired,
              "n_partitions": e.n_files} for e in entries]  # the old name of n_files, for one more release
     return pd.DataFrame(rows, columns=columns)
 
@@ -776,6 +785,7 @@ def garbage_collect(
     dry_run: bool = False,
     enforce_retention_duration: bool = True,
     progress: ProgressLike = False,
+    log_retention: timedelta = DEFAULT_LOG_RETENTION,
 ) -> GCResult:
     """Expire versions older than ``retention`` and delete the files nothing retained references.
 
@@ -790,6 +800,11 @@ def garbage_collect(
     (:data:`~kstore.blocks.gc.MIN_RETENTION`) can therefore fail long writes and reads of
     old versions, and is refused unless ``enforce_retention_duration=False`` (as Delta
     Lake's VACUUM does).
+
+    The log entries of expired versions stay, as tombstones (operation, timestamp, counts,
+    info; no state), for ``log_retention`` (default 30 days, Delta's log retention), so
+    :func:`history` lists those versions (``expired=True``) after their data is gone; a
+    later run deletes the tombstones older than that.
 
     Parameters
     ----------
@@ -809,6 +824,10 @@ def garbage_collect(
     progress
         ``True`` for a progress bar on stderr (keys deleted), or a callable
         ``progress(keys_deleted, None)`` (see :mod:`kstore.io.progress`); off by default.
+    log_retention
+        How long :func:`history` keeps listing an expired version (default 30 days;
+        ``timedelta(0)``: tombstones go after one hour,
+        :data:`~kstore.core.log.LOG_MIN_AGE`, which the commit protocol needs).
 
     Returns
     -------
@@ -819,8 +838,8 @@ def garbage_collect(
     Raises
     ------
     InvalidArgumentError
-        ``retention`` is negative, not a ``timedelta``, or under 7 days while
-        ``enforce_retention_duration`` is True.
+        ``retention`` or ``log_retention`` is negative or not a ``timedelta``, or
+        ``retention`` is under 7 days while ``enforce_retention_duration`` is True.
 
     Examples
     --------
@@ -836,6 +855,8 @@ def garbage_collect(
     """
     if not isinstance(retention, timedelta) or retention < timedelta(0):
         raise InvalidArgumentError(f"retention must be a non-negative timedelta, got {retention!r}")
+    if not isinstance(log_retention, timedelta) or log_retention < timedelta(0):
+        raise InvalidArgumentError(f"log_retention must be a non-negative timedelta, got {log_retention!r}")
     dry_run = as_bool(dry_run, "dry_run")
     enforce_retention_duration = as_bool(enforce_retention_duration, "enforce_retention_duration")
     if enforce_retention_duration and retention < MIN_RETENTION:
@@ -845,9 +866,10 @@ def garbage_collect(
             "enforce_retention_duration=False to use it on purpose"
         )
     # nothing was committed before 1970: a longer window is the same, and `now - retention` stays a date
-    retention = min(retention, runtime.current().now() - datetime(1970, 1, 1, tzinfo=timezone.utc))
+    since_1970 = runtime.current().now() - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    retention, log_retention = min(retention, since_1970), min(log_retention, since_1970)
     with tracked(open_store(store), progress, f"gc {dataset_uuid}", method="delete") as st:
-        return collect_garbage(st, dataset_uuid, retention=retention, dry_run=dry_run)
+        return collect_garbage(st, dataset_uuid, retention=retention, dry_run=dry_run, log_retention=log_retention)
 
 
 def delete_dataset(store: StoreLike, dataset_uuid: str, *, progress: ProgressLike = False) -> int:

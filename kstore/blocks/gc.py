@@ -45,7 +45,8 @@ from kstore.io.store import Store, delete_many
 
 log = logging.getLogger("kstore.gc")
 
-__all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "born_ms"]
+__all__ = ["GCResult", "collect_garbage", "delete_all", "DEFAULT_RETENTION", "MIN_RETENTION", "DEFAULT_LOG_RETENTION",
+           "born_ms"]
 
 #: Default retention of ``garbage_collect``.
 DEFAULT_RETENTION: timedelta = timedelta(days=7)
@@ -53,6 +54,11 @@ DEFAULT_RETENTION: timedelta = timedelta(days=7)
 #: run longer than it (their files are refused at commit, never lost) and reads of versions
 #: it expires. The same threshold and the same override as Delta Lake's VACUUM.
 MIN_RETENTION: timedelta = timedelta(days=7)
+#: How long the log entry of an expired version stays (as a tombstone: its operation,
+#: timestamp, counts and info, no state), so ``history()`` lists it: Delta's
+#: ``delta.logRetentionDuration``, 30 days, independent of the data retention. Never less
+#: than :data:`~kstore.core.log.LOG_MIN_AGE`.
+DEFAULT_LOG_RETENTION: timedelta = timedelta(days=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +144,8 @@ class _LogState:
         return tuple(sorted([e.version for e in self.expired] + list(self.drop)))
 
 
-def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogState:
+def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime,
+              log_retention: timedelta = DEFAULT_LOG_RETENTION) -> _LogState:
     """Decide which versions stay (one listing + one get per entry) and what they reference."""
     listing = load.list_log(store, uuid)
     versions = list(listing.versions)
@@ -173,7 +180,7 @@ def _read_log(store: Store, uuid: str, now: datetime, cutoff: datetime) -> _LogS
     boundary = max(before) if before else None
     main_version = main.version if main is not None else None
     retained, expired, drop = [], [], []
-    log_cutoff = now - LOG_MIN_AGE
+    log_cutoff = now - max(LOG_MIN_AGE, log_retention)  # tombstones stay for history() until then
     for v in present:
         e = entries[v]
         keep = v not in void and v >= floor and (v == newest or v == boundary or v == main_version
@@ -277,8 +284,10 @@ def collect_garbage(
     *,
     retention: timedelta = DEFAULT_RETENTION,
     dry_run: bool = False,
+    log_retention: timedelta = DEFAULT_LOG_RETENTION,
 ) -> GCResult:
-    """Expire versions older than ``retention`` and delete files nothing retained references.
+    """Expire versions older than ``retention`` and delete files nothing retained references;
+    delete the tombstones of expired versions older than ``log_retention``.
 
     Works on a dataset with no committed version too (the orphans of a failed create):
     its files are deleted after the retention, and the fence stays as the log's one entry.
@@ -295,20 +304,20 @@ def collect_garbage(
     # 1. candidates: files written before the cutoff (listed before the fence: a file
     #    written after this listing is no candidate, whatever its writer does)
     candidates = [k for k in keys if _is_file(dataset_uuid, k) and born_ms(k) < cutoff_ms]
-    state = _read_log(store, dataset_uuid, now, cutoff)
+    state = _read_log(store, dataset_uuid, now, cutoff, log_retention)
     if not dry_run and head.has_log and state.main_version != head.version:
         # repair the main file a writer that died between its claim and its publish left
         # behind (or a delete_dataset that died before removing it) before its references
         # count: what only a stale main file references is garbage of this run, not the next
         republish_newest(store, dataset_uuid, state.main_version, head.fmt or "json")
-        state = _read_log(store, dataset_uuid, now, cutoff)
+        state = _read_log(store, dataset_uuid, now, cutoff, log_retention)
     garbage = [k for k in candidates if k not in state.references]
     fence = None
     if garbage and not dry_run:
         # 2. the fence; 3. what is retained now (every claim before the fence is in the log)
         done = commit(store, dataset_uuid, Vacuum(orphan_cutoff_ms=cutoff_ms, read_version=head.version))
         fence = done.entry.version if done.entry is not None else None
-        state = _read_log(store, dataset_uuid, now, cutoff)
+        state = _read_log(store, dataset_uuid, now, cutoff, log_retention)
         garbage = [k for k in candidates if k not in state.references]
     if not dry_run:
         _expire(store, dataset_uuid, state)

@@ -69,6 +69,10 @@ class HistoryEntry:
         The commit's info (``CommitOptions.info``; compaction adds its file and byte counts,
         ``merge`` its ``inserted``, ``updated`` and ``deleted`` rows, ``update`` its
         ``updated`` rows, ``restore`` the ``restored_version``).
+    expired : bool
+        True for a version garbage collection expired: its data may be gone (time travel to
+        it raises :class:`~kstore.errors.VersionNotFoundError`), its log entry is kept for
+        the log retention (``garbage_collect(log_retention=...)``, 30 days by default).
 
     Examples
     --------
@@ -93,6 +97,7 @@ class HistoryEntry:
     txn: tuple[str, int] | None
     n_files: int
     info: dict[str, Any]
+    expired: bool = False
 
     @property
     def n_partitions(self) -> int:
@@ -207,6 +212,8 @@ def _live(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: i
     newer: Record | None = None
     for r in _timeline(store, dataset_uuid, listing, batch=batch):
         successor, newer = newer, r
+        if r.kind == "expired" and not _linked(r, successor):
+            continue  # not shown as history: no entry after it shows it was a version
         if r.kind == "dataset" and names_another_parent(r, successor):
             continue
         if r.kind == "dataset" and newest is not None and successor_gone(r.version, listed, newest):
@@ -215,6 +222,15 @@ def _live(store: Store, dataset_uuid: str, listing: load.LogListing, *, batch: i
                 and r.version not in listing.checkpoints and not _rebuilds(store, dataset_uuid, r.version)):
             continue
         yield r
+
+
+def _linked(r: Record, successor: Record | None) -> bool:
+    """Whether an expired record was a version: the entry after it (listed, expired or not)
+    names it as its parent, by commit id where both are known. A void claim (FORMAT.md C)
+    that its writer retracted is a tombstone too, and its successor names another commit;
+    an expired record whose successor is gone proves nothing and is left out."""
+    return (successor is not None and successor.version == r.version + 1 and successor.parent == r.version
+            and not names_another_parent(r, successor))
 
 
 def _rebuilds(store: Store, dataset_uuid: str, version: int) -> bool:
@@ -233,15 +249,14 @@ def _rebuilds(store: Store, dataset_uuid: str, version: int) -> bool:
 def _row(r: Record) -> HistoryEntry:
     return HistoryEntry(version=r.version, parent=r.parent, timestamp=r.timestamp, operation=r.operation,
                         added=r.added, removed=r.removed, rows_added=r.rows_added, writer=r.writer, txn=r.txn,
-                        n_files=r.n_partitions, info=dict(r.info))
+                        n_files=r.n_partitions, info=dict(r.info), expired=r.kind == "expired")
 
 
 def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[HistoryEntry]:
-    """The retained versions of the dataset as it exists now, oldest first (only the newest
-    ``limit`` of them when given).
-
-    Expired versions (tombstones) are left out; so is everything before the dataset was
-    last deleted. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
+    """The versions of the dataset as it exists now, oldest first (only the newest ``limit``
+    of them when given): the retained ones, and the ones garbage collection expired whose log
+    entries it keeps for the log retention (``expired=True``; 30 days by default, as Delta
+    keeps its log). Everything before the dataset was last deleted is left out. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
     of the log, 1 get of the newest history summary and 1 get per version it does not
     cover (the entries after it: about :data:`~kstore.core.state.CHECKPOINT_INTERVAL`; in
     parallel) and of the oldest retained version (FORMAT.md E.5), whatever the number of
@@ -256,8 +271,10 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     seen_dataset = False
     batch = 8 if limit is None else max(1, min(64, limit))
     for r in _live(store, dataset_uuid, listing, batch=batch):
-        if r.kind == "expired":
-            continue  # expired by garbage collection
+        if r.kind == "expired" and not seen_dataset:
+            continue  # (older than the newest version, which is never expired: a stale listing)
+        if r.kind == "expired" and r.operation == "delete":
+            return newest_first[::-1]  # an expired deletion ends the history before it too
         if r.kind == "fence":  # the dataset did not exist at this version
             if not seen_dataset:  # (a vacuum fence: GC of a deleted dataset, or of one never created)
                 why = "it was deleted" if r.operation == "delete" else f"version {r.version} has no dataset"

@@ -65,13 +65,15 @@ class MiB(click.ParamType):  # type: ignore[type-arg]  # generic only in newer c
 @click.argument("dataset")
 @click.option("--retention-days", type=RetentionDays(), default="7", show_default=True,
               help="Keep versions younger than this many days (>= 0, fractions allowed).")
+@click.option("--log-retention-days", type=RetentionDays(), default="30", show_default=True,
+              help="Keep listing expired versions in history for this many days (>= 0).")
 @click.option("--dry-run", is_flag=True, default=False, help="Only say what would be deleted and expired.")
 @click.option("--yes", "-y", is_flag=True, default=False, help="Delete without asking (needed when not interactive).")
 @click.option("--allow-short-retention", is_flag=True, default=False,
               help="Allow a retention below 7 days (can fail long-running writes and reads).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the result as JSON.")
-def gc(store: str, dataset: str, retention_days: timedelta, dry_run: bool, yes: bool, allow_short_retention: bool,
-       as_json: bool) -> None:
+def gc(store: str, dataset: str, retention_days: timedelta, log_retention_days: timedelta, dry_run: bool, yes: bool,
+       allow_short_retention: bool, as_json: bool) -> None:
     """Garbage-collect DATASET: expire old versions, delete files nothing retained uses."""
     import kstore
     from kstore.io.progress import ProgressStore
@@ -80,7 +82,8 @@ def gc(store: str, dataset: str, retention_days: timedelta, dry_run: bool, yes: 
 
     def run(target: kstore.StoreLike, dry: bool) -> kstore.GCResult:
         return kstore.garbage_collect(target, dataset, retention=retention_days, dry_run=dry,
-                                      enforce_retention_duration=not allow_short_retention)
+                                      enforce_retention_duration=not allow_short_retention,
+                                      log_retention=log_retention_days)
 
     res = run(st, True)
     if not dry_run:

@@ -222,11 +222,13 @@ def history(store: str, dataset: str, limit: int | None, as_json: bool) -> None:
              "added": len(h.added), "removed": len(h.removed),
              "rows_added": 0 if h.operation in REWRITES else h.rows_added,
              "rows_rewritten": h.rows_added if h.operation in REWRITES else 0,
-             "writer": h.writer, "txn": list(h.txn) if h.txn else None, "info": h.info} for h in entries]})
+             "writer": h.writer, "txn": list(h.txn) if h.txn else None, "info": h.info, "expired": h.expired}
+            for h in entries]})
         return
     notes = [_history_note(h) for h in entries]
     columns = ["version", "timestamp", "operation", "files", "+files", "-files", "rows added", "writer"]
-    rows = [[h.version, h.timestamp.isoformat(), h.operation, h.n_files, len(h.added), len(h.removed),
+    rows = [[h.version, h.timestamp.isoformat(), h.operation + (" (expired)" if h.expired else ""), h.n_files,
+             len(h.added), len(h.removed),
              "-" if h.operation in REWRITES else h.rows_added, h.writer] for h in entries]
     if any(notes):
         columns.append("notes")

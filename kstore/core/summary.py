@@ -34,7 +34,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal
@@ -82,16 +82,17 @@ class Record:
         return len(self.added) + len(self.removed) <= MAX_LABELS
 
     def expire(self) -> Record:
-        """This record as an expired version (what a tombstone of it would say)."""
-        return Record(self.version, "expired", self.timestamp, self.operation, self.parent,
-                      commit_id=self.commit_id, parent_commit_id=self.parent_commit_id)
+        """This record as an expired version (what a tombstone of it would say: everything
+        but the state, which history rows do not show)."""
+        return replace(self, kind="expired")
 
 
 def record_of(entry: LogEntry) -> Record:
     """The record of one log entry (format 1 or 2, tombstone or fence)."""
     cid, pcid = entry.commit_id, entry.parent_commit_id
-    if entry.expired:
-        return Record(entry.version, "expired", entry.timestamp, entry.operation, entry.parent,
+    if entry.expired:  # (a tombstone keeps what history rows show: GC keeps it for the log retention)
+        return Record(entry.version, "expired", entry.timestamp, entry.operation, entry.parent, entry.added,
+                      entry.removed, entry.rows_added, entry.writer, entry.txn, entry.n_partitions or 0, entry.info,
                       commit_id=cid, parent_commit_id=pcid)
     if not entry.has_dataset:
         return Record(entry.version, "fence", entry.timestamp, entry.operation, entry.parent,

@@ -141,6 +141,13 @@ def test_history_gc_build_indices_delete(store):
     code, out = run("gc", store, "sales", "--retention-days", "0", "--allow-short-retention", "--yes")
     assert code == 0 and out.startswith("deleted 4 files, expired versions [0, 1]")
     assert not kstore.open_store(store).exists(dropped[0])
+    # the expired versions stay in history for the log retention (--log-retention-days, 30 by default)
+    hist = json.loads(invoke("history", store, "sales", "--json").output)["versions"]
+    assert [(h["version"], h["expired"]) for h in hist][:2] == [(0, True), (1, True)]
+    assert "create (expired)" in invoke("history", store, "sales").output
+    code, out = run("gc", store, "sales", "--retention-days", "0", "--allow-short-retention", "--yes",
+                    "--log-retention-days", "0")
+    assert code == 0  # (the tombstones are younger than an hour: they stay until then)
     code, out = run("delete", store, "sales", "--yes")
     assert code == 0 and out.startswith("deleted ")
     code, out = run("ls", store)

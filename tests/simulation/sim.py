@@ -67,6 +67,7 @@ import kstore
 from kstore.blocks import load
 from kstore.blocks.commit import BASE_MAX_AGE
 from kstore.blocks.frame import planned_rows, read_frame
+from kstore.blocks.gc import DEFAULT_LOG_RETENTION
 from kstore.blocks.read import read_plan
 from kstore.core import naming, runtime, serialize, sorted_index
 from kstore.core.log import LOG_MIN_AGE
@@ -152,6 +153,8 @@ class Config:
     #: the column's name first (a store call: a rename may commit between), and a write that
     #: read the other name must fail, never commit values under the wrong column (#33)
     rename_rate: float = 0.0
+    #: the ``log_retention`` of every garbage collection (None: by the seed, see Simulation)
+    log_retention: timedelta | None = None
 
 
 #: one setting per fault kind of issue #29 (``python -m tests.simulation.run --mode <kind>``,
@@ -172,7 +175,7 @@ FAULT_KINDS: dict[str, Config] = {
     "row-changes": Config(upsert_rate=0.5, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
     # (not a fault: column renames, x <-> y, beside appends, row changes, restores, compaction
     # and GC: readers see every version's rows under that version's name; #33)
-    "renames": Config(rename_rate=0.3, upsert_rate=0.2, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
+    "renames": Config(rename_rate=0.5, upsert_rate=0.2, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
 }
 
 
@@ -930,14 +933,29 @@ class Observer:
         since the last deletion; it may leave out a version GC marked expired and then died."""
         live = {v for v in self.retained if v > deleted_at}
         try:
-            shown = {h.version: h for h in kstore.history(self.raw, UUID)}
+            listed = kstore.history(self.raw, UUID)
         except DatasetNotFoundError:
-            shown = {}
+            listed = []
         except KstoreError as exc:
             self.fail(f"history() failed on a quiet store: {exc!r}{self.sched.damage_note()}")
+        # expired versions stay listed for the log retention (#33): each must be a version that
+        # was committed (never a void claim) in this incarnation, and not a live one
+        gone = {h.version: h for h in listed if h.expired}
+        marked = set(load.list_log(self.raw, UUID).expired)  # (GC marks a version before its tombstone)
+        for v in gone:
+            if v <= deleted_at or v not in self.commit_ids or (v in live and v not in marked):
+                self.fail(f"history() shows version {v} as expired, but it is "
+                          f"{'live' if v in live else 'before the last deletion' if v <= deleted_at else 'no version'}")
+            try:
+                raw_entry = serialize.loads(self.raw.get(naming.log_key(UUID, v)), "json")
+            except KeyNotFoundError:
+                continue  # (deleted since: a concurrent GC)
+            if raw_entry.get("commit_id") != self.commit_ids[v]:
+                self.fail(f"history() shows version {v} as expired, but its entry is a void claim "
+                          f"({_describe_entry(raw_entry)}; the version was {self.about(v)})")
+        shown = {h.version: h for h in listed if not h.expired}
         if set(shown) - live:
             self.fail(f"history() shows versions {sorted(set(shown) - live)} that are expired or were never committed")
-        marked = set(load.list_log(self.raw, UUID).expired)
         # it leaves out a version that no read can rebuild now: one GC is expiring (its
         # predecessor's entry deleted first) or a void claim (FORMAT.md C)
         left_out = {v for v in (live - marked) - set(shown) if self._readable(v)}
@@ -1124,6 +1142,11 @@ class Simulation:
         self.restore_rng = random.Random(seed * 17 + 3)  # (its own stream: the other draws stay as they were)
         self.upsert_rng = random.Random(seed * 19 + 11)  # (the same)
         self.rename_rng = random.Random(seed * 23 + 7)  # (the same)
+        # odd seeds keep expired versions' entries for the default log retention (30 days:
+        # history lists them); even ones delete them after LOG_MIN_AGE, as before #33, which
+        # exercises the claims of numbers whose entries are gone (FORMAT.md C)
+        self.log_retention = (self.config.log_retention if self.config.log_retention is not None
+                              else timedelta(0) if seed % 2 == 0 else DEFAULT_LOG_RETENTION)
         self.settled_rids = 0  # row ids 1..settled_rids were written before the writers started
         self.outcomes: list[Outcome] = []
         self.errors: list[str] = []
@@ -1358,7 +1381,8 @@ class Simulation:
                 if delete:
                     kstore.delete_dataset(st, UUID)
                 else:
-                    kstore.garbage_collect(st, UUID, retention=retention, enforce_retention_duration=False)
+                    kstore.garbage_collect(st, UUID, retention=retention, enforce_retention_duration=False,
+                                           log_retention=self.log_retention)
             except Killed:
                 return
             except KstoreError as exc:
@@ -1594,7 +1618,7 @@ class Simulation:
         ahead = max([0.0, *self.clock.offsets.values()])
         self.clock.advance((LOG_MIN_AGE + timedelta(days=8)).total_seconds() + ahead)
         try:
-            kstore.garbage_collect(self.raw, UUID)
+            kstore.garbage_collect(self.raw, UUID, log_retention=self.log_retention)
         except KstoreError as exc:
             if newest is not None and load.load_head(self.raw, UUID).meta is not None:
                 obs.fail(f"the final GC failed: {exc!r}{self.sched.damage_note()}")
