@@ -71,15 +71,11 @@ from kstore.blocks.job import (
     prepare_write,
 )
 from kstore.blocks.merge import (
-    FileOutcome,
-    MergeFile,
-    MergeJob,
     MergeRequest,
     MergeResult,
     distributed_merge,
-    merge_task,
 )
-from kstore.blocks.mutate import RewritePlan
+from kstore.blocks.mutate import RewritePlan, UpdateResult, distributed_rows, rewrite_task
 from kstore.blocks.read import concat_tables, empty_table, nullable_columns, read_task, to_pandas
 from kstore.blocks.write import (
     ENGINE_TASK_THREADS,
@@ -116,7 +112,8 @@ from kstore.errors import (
 )
 from kstore.io.store import Store, StoreLike, open_store, store_factory
 
-__all__ = ["store_dataset", "update_dataset", "read_dataset", "read_changes", "merge", "compact", "BUCKET_COLUMN"]
+__all__ = ["store_dataset", "update_dataset", "read_dataset", "read_changes", "merge", "update_rows", "delete_rows",
+           "compact", "BUCKET_COLUMN"]
 
 #: Temporary column holding the bucket number while a bucketed write shuffles (never stored).
 BUCKET_COLUMN = "__kstore_bucket__"
@@ -671,9 +668,22 @@ def _compute_all(tasks: Sequence[Delayed]) -> tuple[Any, ...]:
     return tuple(client.gather(futures))
 
 
-def _merge_file(factory: Callable[[], Store], rewrite: RewritePlan, change: MergeFile, number: int, task: ReadTask,
-                token: str) -> tuple[int, FileOutcome]:
-    return number, merge_task(factory(), rewrite, change, number, task, token)
+def _rewrite_file(factory: Callable[[], Store], rewrite: RewritePlan, change: Any, number: int, task: ReadTask,
+                  token: str) -> tuple[int, Any]:
+    return number, rewrite_task(factory(), rewrite, change, number, task, token)
+
+
+def _rewrite_in_tasks(factory: Callable[[], Store]) -> Callable[[Any, str], Sequence[tuple[int, Any]]]:
+    """``run(job, token)`` of a distributed row rewrite (a merge, delete_rows, update_rows):
+    one Dask task per planned file of ``job``, the plan and the change shipped once."""
+
+    def run(job: Any, token: str) -> Sequence[tuple[int, Any]]:
+        light = delayed(job.rewrite.light(), traverse=False)
+        change = delayed(job.change, traverse=False)  # (one copy in the graph, shared by every task)
+        return _compute_all([delayed(_rewrite_file, pure=False)(factory, light, change, i, t, token)
+                             for i, t in enumerate(job.rewrite.tasks)])
+
+    return run
 
 
 def merge(
@@ -722,17 +732,96 @@ def merge(
     >>> r.inserted, r.updated, sorted(kstore.read_dataset("memory://dask-merge-doc", "d")["x"])
     (1, 1, [5, 7, 60])
     """
-    factory = _worker_store(store, dataset_uuid)
-
-    def run(job: MergeJob, token: str) -> Sequence[tuple[int, FileOutcome]]:
-        light = delayed(job.rewrite.light(), traverse=False)
-        change = delayed(job.change, traverse=False)  # (one copy in the graph, shared by every task)
-        return _compute_all([delayed(_merge_file, pure=False)(factory, light, change, i, t, token)
-                             for i, t in enumerate(job.rewrite.tasks)])
-
+    run = _rewrite_in_tasks(_worker_store(store, dataset_uuid))
     request = MergeRequest.of(dataset_uuid, on, when_matched, when_not_matched, when_not_matched_by_source)
     data = source.compute() if isinstance(source, dd.DataFrame) else source
     return distributed_merge(open_store(store), dataset_uuid, data, request, CommitOptions.of(commit_options), run)
+
+
+def update_rows(
+    store: StoreLike,
+    dataset_uuid: str,
+    predicates: Predicates,
+    set: Mapping[str, Any],  # noqa: A002 - kstore.update_rows' name (SQL's SET)
+    *,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
+) -> UpdateResult:
+    """:func:`kstore.update_rows` with the files it rewrites rewritten in Dask tasks (one per
+    planned file: those the predicate may match by partition values, indices and
+    statistics) and ONE commit on the client; a failed task commits nothing and the files
+    the tasks wrote are deleted.
+
+    Parameters
+    ----------
+    store
+        A URL or picklable store the workers can reach (``memory://`` only with threaded or
+        in-process workers).
+    dataset_uuid
+        The dataset's name.
+    predicates
+        The rows to change (DNF, as for :func:`kstore.read_dataset`); required.
+    set
+        ``{column: value}``, each value converted exactly to its column's type.
+    commit_options
+        :class:`~kstore.CommitOptions` or a dict (``txn``, ``info``, ``metadata``, ``max_attempts``).
+
+    Returns
+    -------
+    UpdateResult
+        The committed version, the rows updated, the files read and rewritten.
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-upd-doc", "d", pd.DataFrame({"k": [1, 2], "x": [5, 6]}))
+    >>> with dask.config.set(scheduler="threads"):
+    ...     r = kstore.dask.update_rows("memory://dask-upd-doc", "d", [[("k", "==", 2)]], {"x": 0})
+    >>> r.updated, sorted(kstore.read_dataset("memory://dask-upd-doc", "d")["x"])
+    (1, [0, 5])
+    """
+    run = _rewrite_in_tasks(_worker_store(store, dataset_uuid))
+    return distributed_rows(open_store(store), dataset_uuid, predicates, set, CommitOptions.of(commit_options), run)
+
+
+def delete_rows(
+    store: StoreLike,
+    dataset_uuid: str,
+    predicates: Predicates,
+    *,
+    commit_options: CommitOptions | Mapping[str, Any] | None = None,
+) -> DatasetMetadata:
+    """:func:`kstore.delete_rows` with the files it rewrites rewritten in Dask tasks (one per
+    planned file) and ONE commit on the client; a failed task commits nothing and the files
+    the tasks wrote are deleted.
+
+    Parameters
+    ----------
+    store
+        A URL or picklable store the workers can reach.
+    dataset_uuid
+        The dataset's name.
+    predicates
+        The rows to delete (DNF); required.
+    commit_options
+        :class:`~kstore.CommitOptions` or a dict (``txn``, ``info``, ``metadata``, ``max_attempts``).
+
+    Returns
+    -------
+    DatasetMetadata
+        The committed version (the newest one unchanged when no row matched).
+
+    Examples
+    --------
+    >>> import pandas as pd, dask, kstore, kstore.dask
+    >>> _ = kstore.store_dataset("memory://dask-del-doc", "d", pd.DataFrame({"k": [1, 2, 3]}))
+    >>> with dask.config.set(scheduler="threads"):
+    ...     _ = kstore.dask.delete_rows("memory://dask-del-doc", "d", [[("k", ">=", 2)]])
+    >>> kstore.read_dataset("memory://dask-del-doc", "d")["k"].tolist()
+    [1]
+    """
+    run = _rewrite_in_tasks(_worker_store(store, dataset_uuid))
+    return distributed_rows(open_store(store), dataset_uuid, predicates, None, CommitOptions.of(commit_options),
+                            run).dataset
 
 
 

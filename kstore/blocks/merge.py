@@ -8,7 +8,7 @@ range beyond :data:`MAX_IN_VALUES` of them; one conjunction per partition when t
 include partition columns: :func:`key_predicates`) that the planner prunes with partition values,
 secondary indices and statistics: only the files that may hold a source key are read.
 :func:`plan_merge` plans them; each is rewritten once (:func:`~kstore.blocks.mutate.rewrite_file`
-with :class:`MergeFile`: in threads here, in Dask or Spark tasks through :func:`merge_task`
+with :class:`MergeFile`: in threads here, in Dask or Spark tasks through :func:`~kstore.blocks.mutate.rewrite_task`
 and :func:`distributed_merge`), and :func:`commit_merge` adds the unmatched source rows as new
 files in one :class:`~kstore.core.operations.Merge` commit.
 
@@ -50,7 +50,7 @@ from kstore.blocks import load
 from kstore.blocks.commit import owning_files
 from kstore.blocks.mutate import RewritePlan, commit_rewrite, on_newest, plan_rewrite, rewrite_file
 from kstore.blocks.write import WrittenFile, delete_by_token, table_schema, to_arrow, write_partitions
-from kstore.core import naming, runtime
+from kstore.core import runtime
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
 from kstore.core.operations import Merge, txn_committed
@@ -61,7 +61,7 @@ from kstore.errors import ColumnNotFoundError, InvalidArgumentError, SchemaMisma
 from kstore.io.store import Store
 
 __all__ = ["MergeResult", "MergeRequest", "merge", "key_predicates", "MAX_IN_VALUES", "MergeFile", "MergeJob", "plan_merge",
-           "commit_merge", "merge_task", "distributed_merge", "FileOutcome"]
+           "commit_merge", "distributed_merge", "FileOutcome"]
 
 #: A key column with at most this many distinct source values is planned with an ``in`` of
 #: them (partition values, index lookups and statistics prune by each value); with more, by
@@ -389,18 +389,11 @@ def _merge(store: Store, dataset_uuid: str, table: pa.Table, request: MergeReque
     return _owning(store, owned, rewrite_and_commit)
 
 
-def merge_task(store: Store, rewrite: RewritePlan, change: MergeFile, number: int, task: ReadTask,
-               token: str) -> FileOutcome:
-    """One engine task of a distributed merge: rewrite planned file ``task`` (its files' ids
-    carry the job's ``token`` and the task's ``number``: a failed job finds and deletes them)."""
-    return rewrite_file(store, rewrite, task, change, file_id=naming.tagged_file_id(token, number))
-
-
 def distributed_merge(store: Store, dataset_uuid: str, source: Any, request: MergeRequest, options: CommitOptions,
                       run: Callable[[MergeJob, str], Sequence[tuple[int, FileOutcome]]]) -> MergeResult:
     """A merge whose planned files an engine rewrites (Dask, Spark), on the newest version:
     the source is checked and the files planned here (:func:`plan_merge`); ``run(job,
-    token)`` runs :func:`merge_task` for every planned file of ``job`` and returns the
+    token)`` runs :func:`~kstore.blocks.mutate.rewrite_task` for every planned file of ``job`` and returns the
     outcomes with their plan positions; if it fails, every file tagged with the token is
     deleted (:func:`~kstore.blocks.write.delete_by_token`) and nothing is committed. Then
     :func:`commit_merge`, owning every file written (deleted if the commit fails). A

@@ -409,6 +409,38 @@ def delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, *, base
                      lambda b, origin: _delete_rows(store, dataset_uuid, predicates, b, opts, origin=origin))
 
 
+@dataclass(frozen=True)
+class RowsFile:
+    """The change of one planned file of a ``delete_rows`` (no ``values``: the matching rows
+    go) or an ``update_rows`` (``values`` set in them); small and picklable, so Dask and
+    Spark tasks apply it as threads do. Returns the file's new rows (None: no row matched,
+    the file stays) and the number of rows matched.
+
+    >>> import pyarrow.compute as pc
+    >>> rows = pa.table({"x": [1, 2, 3]})
+    >>> RowsFile(pc.field("x") > 1)(rows)[0].to_pydict(), RowsFile(pc.field("x") > 5)(rows)
+    ({'x': [1]}, (None, 0))
+    >>> RowsFile(pc.field("x") == 2, (("x", pa.scalar(0)),))(rows)[0].to_pydict()
+    {'x': [1, 0, 3]}
+    """
+
+    expr: pc.Expression
+    #: ``(column, value)`` set in the matching rows (an update); empty: a delete
+    values: tuple[tuple[str, pa.Scalar], ...] = ()
+
+    def __call__(self, rows: pa.Table) -> tuple[pa.Table | None, int]:
+        hit = _mask(rows, self.expr)
+        if not hit.any():
+            return None, 0
+        if not self.values:
+            return rows.filter(pa.array(~hit)), int(hit.sum())
+        mask = pa.array(hit)
+        for name, value in self.values:
+            i = rows.schema.get_field_index(name)
+            rows = rows.set_column(i, rows.schema.field(i), pc.if_else(mask, value, rows.column(i).combine_chunks()))
+        return rows, int(hit.sum())
+
+
 def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: DatasetMetadata,
                  options: CommitOptions, *, origin: DatasetMetadata | None = None) -> DatasetMetadata:
     if _committed_before(base, options):
@@ -418,8 +450,7 @@ def _delete_rows(store: Store, dataset_uuid: str, predicates: Predicates, base: 
                        "use delete_dataset to delete everything")
 
     def change(rows: pa.Table) -> pa.Table | None:
-        hit = _mask(rows, expr)
-        return rows.filter(pa.array(~hit)) if hit.any() else None
+        return RowsFile(expr)(rows)[0]
 
     return rewrite_rows(store, dataset_uuid, base, options, RowRewrite(DeleteRows, schema, predicates, change),
                         origin=origin).dataset
@@ -489,19 +520,14 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
         return UpdateResult(base)  # committed before: nothing to rewrite
     updated = 0
     lock = threading.Lock()
+    file_change = RowsFile(expr, tuple(scalars.items()))
 
     def change(rows: pa.Table) -> pa.Table | None:  # (in several threads at once)
         nonlocal updated
-        hit = _mask(rows, expr)
-        if not hit.any():
-            return None
+        out, n = file_change(rows)
         with lock:
-            updated += int(hit.sum())
-        mask = pa.array(hit)
-        for name, value in scalars.items():
-            i = rows.schema.get_field_index(name)
-            rows = rows.set_column(i, rows.schema.field(i), pc.if_else(mask, value, rows.column(i).combine_chunks()))
-        return rows
+            updated += n
+        return out
 
     done = rewrite_rows(store, dataset_uuid, base, options,
                         RowRewrite(UpdateRows, schema, predicates, change,
@@ -510,6 +536,72 @@ def _update_rows(store: Store, dataset_uuid: str, predicates: Predicates, values
                         origin=origin)
     return UpdateResult(done.dataset, updated if done.dataset is not base else 0, done.files_read,
                         done.files_rewritten)
+
+
+@dataclass(frozen=True)
+class RowsJob:
+    """A ``delete_rows`` / ``update_rows`` planned on one version for an engine to run
+    (:func:`distributed_rows`): the files its predicate may match and the change of each
+    (the same attribute names as a merge's job, so the engines run both alike)."""
+
+    base: DatasetMetadata
+    rewrite: RewritePlan
+    change: RowsFile
+
+
+def distributed_rows(store: Store, dataset_uuid: str, predicates: Predicates, values: Mapping[str, Any] | None,
+                     options: CommitOptions, run: Callable[[RowsJob, str], Sequence[tuple[int, Any]]],
+                     ) -> UpdateResult:
+    """A ``delete_rows`` (``values`` None) or ``update_rows`` whose planned files an engine
+    rewrites (Dask, Spark), on the newest version: the predicate and values are checked and
+    the files planned here; ``run(job, token)`` rewrites every planned file of ``job``
+    (:func:`rewrite_file` with ``job.change``, its files' ids tagged with ``token``) and
+    returns ``(plan position, (new files or None, rows matched))``; if it fails, every file
+    tagged with the token is deleted and nothing is committed. Then the ONE commit
+    (:func:`commit_rewrite`), owning every file written. A transaction committed before:
+    nothing runs. ``updated`` counts the rows deleted for a delete."""
+    import uuid as _uuid
+
+    from kstore.blocks.write import delete_by_token
+
+    base = base_version(store, dataset_uuid, None)
+    schema = load.load_schema(store, base)
+    what = "delete_rows" if values is None else "update_rows"
+    expr = _row_filter(predicates, schema, dataset_uuid, what, "use delete_dataset to delete everything"
+                       if values is None else "to set a column everywhere, match every row")
+    scalars = set_values(values, schema, dataset_uuid) if values is not None else {}
+    if _committed_before(base, options):
+        return UpdateResult(base)
+    kind = DeleteRows if values is None else UpdateRows
+    job = RowsJob(base, plan_rewrite(store, dataset_uuid, base, schema, predicates, kind),
+                  RowsFile(expr, tuple(scalars.items())))
+    token = _uuid.uuid4().hex[:8]
+    rp = job.rewrite
+    try:
+        got = dict(run(job, token)) if rp.tasks else {}
+    except BaseException:
+        delete_by_token(store, dataset_uuid, rp.layout.table_name, token)
+        raise
+    outcomes = [got[i] for i in range(len(rp.tasks))]
+    replaced = [(t.label, out) for t, (out, _) in zip(rp.tasks, outcomes, strict=True) if out is not None]
+    matched = sum(n for _, n in outcomes)
+    owned = [f for _, out in replaced for f in out]
+    counts: dict[str, Any] = {"updated": matched, "set_columns": sorted(scalars)} if values is not None else {}
+
+    def commit_all() -> DatasetMetadata:
+        return commit_rewrite(store, base, options, rp, replaced, [], new_schema=None,
+                              info={**counts, **(options.info or {})} if counts else plain(options.info))
+
+    meta = owning_files(store, owned, commit_all)
+    return UpdateResult(meta, matched if meta is not base else 0, len(rp.tasks), len(replaced))
+
+
+def rewrite_task(store: Store, rewrite: RewritePlan, change: FileChange, number: int, task: ReadTask,
+                 token: str) -> tuple[list[WrittenFile] | None, Any]:
+    """One engine task of a distributed row rewrite (a merge, ``delete_rows``,
+    ``update_rows``): rewrite planned file ``task`` (its files' ids carry the job's
+    ``token`` and the task's ``number``: a failed job finds and deletes them)."""
+    return rewrite_file(store, rewrite, task, change, file_id=naming.tagged_file_id(token, number))
 
 
 def set_values(values: Mapping[str, Any], schema: pa.Schema, dataset_uuid: str) -> dict[str, pa.Scalar]:

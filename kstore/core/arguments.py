@@ -79,6 +79,8 @@ def _names(value: Any, what: str, expected: str) -> tuple[str, ...]:
     bad = [v for v in names if not isinstance(v, str)]
     if bad:
         raise InvalidArgumentError(f"{what} must be {expected}; {short_repr(bad[0])} is no column name")
+    for v in names:  # (a lone surrogate: an InvalidArgumentError, not pyarrow's UnicodeEncodeError)
+        check_text(v, f"{what}: a column name")
     return names
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kstore.core.arguments import check_text
 from kstore.errors import ColumnNotFoundError, CommitConflictError, InvalidArgumentError, SchemaMismatchError
 
 __all__ = [
@@ -244,6 +245,8 @@ def rename_columns(schema: pa.Schema, renames: Mapping[str, str], *, dataset: st
         if not isinstance(old, str) or not isinstance(new, str) or not new:
             raise InvalidArgumentError(f"dataset {dataset!r}: renames maps column names to new names, got "
                                        f"{old!r}: {new!r}")
+        check_text(new, f"dataset {dataset!r}: the new name of column {old!r}")
+        check_text(old, f"dataset {dataset!r}: a column to rename")
         if schema.get_field_index(old) < 0:
             raise ColumnNotFoundError(f"dataset {dataset!r} has no column {old!r} to rename (its columns: "
                                       f"{schema.names})")
@@ -274,11 +277,13 @@ def drop_columns(schema: pa.Schema, columns: Sequence[str], *, dataset: str, fix
     >>> drop_columns(pa.schema([("a", pa.int64())]), ["a"], dataset="d")
     Traceback (most recent call last):
     ...
-    kstore.errors.InvalidArgumentError: dataset 'd': dropping ['a'] leaves no column
+    kstore.errors.InvalidArgumentError: dataset 'd': dropping ['a'] leaves no column (but partition columns) in the data files
     """
     if not columns:
         raise InvalidArgumentError(f"dataset {dataset!r}: drop_columns needs at least one column")
     for c in columns:
+        if isinstance(c, str):
+            check_text(c, f"dataset {dataset!r}: a column to drop")
         if not isinstance(c, str) or schema.get_field_index(c) < 0:
             raise ColumnNotFoundError(f"dataset {dataset!r} has no column {c!r} to drop (its columns: "
                                       f"{schema.names})")

@@ -117,6 +117,11 @@ def _parse_term(raw: Any, budget: int) -> Term:
     value = raw[2] if len(raw) == 3 else None
     if not isinstance(column, str):
         raise InvalidPredicateError(f"predicate term {short_repr(raw)}: the column must be a string")
+    try:
+        column.encode("utf-8")
+    except UnicodeEncodeError:  # (a lone surrogate: no column can have that name)
+        raise InvalidPredicateError(f"predicate term {short_repr(raw)}: the column name is not valid Unicode text "
+                                    "(a lone surrogate)") from None
     if not isinstance(op, str):
         raise InvalidPredicateError(f"predicate term {short_repr(raw)}: the operator must be a string")
     op = _ALIASES.get(op.strip().lower(), op.strip().lower())

@@ -53,7 +53,7 @@ from kstore.spark.datasource import (  # noqa: E402
     KstorePythonDataSource,
     KstorePythonDataSourceNoPushdown,
 )
-from kstore.spark.merge import merge  # noqa: E402
+from kstore.spark.merge import delete_rows, merge, update_rows  # noqa: E402
 from kstore.spark.reader import encode_predicates, encode_store  # noqa: E402
 from kstore.spark.types import arrow_schema, spark_schema  # noqa: E402
 from kstore.spark.writer import compact, store_dataset, update_dataset  # noqa: E402
@@ -69,6 +69,8 @@ R = TypeVar("R")
 __all__ = [
     "compact",
     "merge",
+    "update_rows",
+    "delete_rows",
     "store_dataset",
     "update_dataset",
     "read_dataset",

@@ -250,7 +250,8 @@ def test_empty_predicates_with_filters_is_still_both(url):
 # ---------------------------------------------------------------------------------------
 
 #: Public callables that take ``predicates`` but are no readers (they rewrite data).
-WRITES = {"kstore.dask.compact", "kstore.spark.compact", "Snapshot.compact", "Snapshot.delete_rows", "Snapshot.update_rows"}
+WRITES = {"kstore.dask.compact", "kstore.spark.compact", "Snapshot.compact", "Snapshot.delete_rows", "Snapshot.update_rows",
+          "kstore.dask.update_rows", "kstore.dask.delete_rows", "kstore.spark.update_rows", "kstore.spark.delete_rows"}
 #: The readers this issue covers; the scan below must find every one of them.
 KNOWN_READERS = {
     "kstore.eager.read_dataset", "kstore.eager.read_table", "kstore.eager.iter_dataset", "kstore.eager.plan_read",

@@ -97,16 +97,12 @@ def test_dask_merge_equals_the_eager_merge(tmp_path, choice):
     _same_as_eager(tmp_path, run, choice)
 
 
-def test_dask_merge_task_failure_leaves_nothing(tmp_path, monkeypatch):
-    import dask
+def fail_second_file(monkeypatch) -> None:
+    """Every file rewrite of the row operations goes through kstore.blocks.mutate.rewrite_file:
+    the second one raises (a worker whose disk went away)."""
+    import kstore.blocks.mutate as bm
 
-    import kstore.blocks.merge as bm
-    import kstore.dask as kd
-
-    url = build(str(tmp_path))
-    before, v = data_files(url), kstore.load_metadata(url, UUID).version
-    real = bm.rewrite_file
-    calls = []
+    real, calls = bm.rewrite_file, []
 
     def failing(store, rp, task, change, **kw):
         calls.append(task.label)
@@ -115,6 +111,16 @@ def test_dask_merge_task_failure_leaves_nothing(tmp_path, monkeypatch):
         return real(store, rp, task, change, **kw)
 
     monkeypatch.setattr(bm, "rewrite_file", failing)
+
+
+def test_dask_merge_task_failure_leaves_nothing(tmp_path, monkeypatch):
+    import dask
+
+    import kstore.dask as kd
+
+    url = build(str(tmp_path))
+    before, v = data_files(url), kstore.load_metadata(url, UUID).version
+    fail_second_file(monkeypatch)
     with dask.config.set(scheduler="sync"), pytest.raises(OSError, match="disk gone"):
         kd.merge(url, UUID, source(), "k")
     assert kstore.load_metadata(url, UUID).version == v and data_files(url) == before
@@ -152,3 +158,93 @@ def test_spark_merge_refuses_duplicate_keys_before_any_task(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match="more than once"):
         ks.merge(spark, url, UUID, dupes, "k")
     assert data_files(url) == before
+
+
+# ---------------------------------------------------------------------------------------
+# update_rows and delete_rows on Dask and Spark: the same oracle, the eager call on a copy
+# ---------------------------------------------------------------------------------------
+
+#: (predicate, set values or None for a delete); the first moves rows to another partition
+ROW_CHANGES = [
+    ([[("k", "in", [3, 5, 11])]], {"p": 2, "s": "moved"}),
+    ([[("p", "==", 1), ("x", ">", 30.0)]], {"x": -1.0}),
+    ([[("k", "<", 7)], [("s", "==", "s40")]], None),
+    ([[("k", "==", 10_000)]], None),  # matches nothing: no commit
+]
+
+
+def _same_rows_change_as_eager(tmp_path, run, predicate, values):
+    eager_url, engine_url = build(str(tmp_path / "eager")), build(str(tmp_path / "engine"))
+    if values is None:
+        want_meta = kstore.delete_rows(eager_url, UUID, predicate)
+        got_meta = run(engine_url, predicate, None)
+    else:
+        want = kstore.update_rows(eager_url, UUID, predicate, set=values)
+        got = run(engine_url, predicate, values)
+        assert (got.updated, got.files_read, got.files_rewritten) == (want.updated, want.files_read,
+                                                                     want.files_rewritten)
+        want_meta, got_meta = want.dataset, got.dataset
+    assert rows(engine_url) == rows(eager_url)
+    assert got_meta.version == want_meta.version
+    assert [h.operation for h in kstore.history(engine_url, UUID)] == [h.operation
+                                                                       for h in kstore.history(eager_url, UUID)]
+    if want_meta.version:
+        feed = kstore.read_changes(engine_url, UUID, got_meta.version)
+        want_feed = kstore.read_changes(eager_url, UUID, want_meta.version)
+        cols = ["k", "p", "x", "s", "_change_type"]
+        assert sorted(map(tuple, feed[cols].values.tolist())) == sorted(map(tuple, want_feed[cols].values.tolist()))
+
+
+@pytest.mark.parametrize(("predicate", "values"), ROW_CHANGES, ids=["update-move", "update", "delete", "no-match"])
+def test_dask_update_and_delete_rows_equal_the_eager_ones(tmp_path, predicate, values):
+    import dask
+
+    import kstore.dask as kd
+
+    def run(url, predicate, values):
+        with dask.config.set(scheduler="threads"):
+            if values is None:
+                return kd.delete_rows(url, UUID, predicate)
+            return kd.update_rows(url, UUID, predicate, values)
+
+    _same_rows_change_as_eager(tmp_path, run, predicate, values)
+
+
+def test_dask_update_rows_task_failure_leaves_nothing(tmp_path, monkeypatch):
+    import dask
+
+    import kstore.dask as kd
+
+    url = build(str(tmp_path))
+    before, v = data_files(url), kstore.load_metadata(url, UUID).version
+    fail_second_file(monkeypatch)
+    with dask.config.set(scheduler="sync"), pytest.raises(OSError, match="disk gone"):
+        kd.update_rows(url, UUID, [[("x", ">=", 0.0)]], {"s": "all"})
+    assert kstore.load_metadata(url, UUID).version == v and data_files(url) == before
+
+
+def test_dask_row_changes_refuse_bad_input_before_any_task(tmp_path):
+    import kstore.dask as kd
+    from kstore.errors import ColumnNotFoundError
+
+    url = build(str(tmp_path))
+    before = data_files(url)
+    with pytest.raises(InvalidArgumentError, match="needs a predicate"):
+        kd.delete_rows(url, UUID, None)
+    with pytest.raises(ColumnNotFoundError):
+        kd.update_rows(url, UUID, [[("k", "==", 1)]], {"nope": 1})
+    with pytest.raises(InvalidArgumentError, match="cannot set column 'k'"):
+        kd.update_rows(url, UUID, [[("k", "==", 1)]], {"k": 1.5})
+    assert data_files(url) == before and kstore.load_metadata(url, UUID).version == 0
+
+
+@pytest.mark.parametrize(("predicate", "values"), ROW_CHANGES[:3], ids=["update-move", "update", "delete"])
+def test_spark_update_and_delete_rows_equal_the_eager_ones(spark, tmp_path, predicate, values):
+    import kstore.spark as ks
+
+    def run(url, predicate, values):
+        if values is None:
+            return ks.delete_rows(spark, url, UUID, predicate)
+        return ks.update_rows(spark, url, UUID, predicate, values)
+
+    _same_rows_change_as_eager(tmp_path, run, predicate, values)

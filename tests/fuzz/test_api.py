@@ -151,6 +151,8 @@ PARAMS: dict[str, st.SearchStrategy] = {
     "column": NAMES,
     "value": LITERALS,
     "columns_to_index": st.one_of(st.lists(NAMES, max_size=2), NAMES, st.none()),
+    "renames": st.one_of(st.dictionaries(NAMES, NAMES, max_size=2), NAMES, st.none()),
+    "columns_to_drop": st.one_of(st.lists(NAMES, max_size=2), NAMES, st.none()),
 }
 
 FUNCTIONS: dict[str, tuple[Any, list[str], bool]] = {  # name -> (function, parameters, writes)
@@ -173,13 +175,16 @@ FUNCTIONS: dict[str, tuple[Any, list[str], bool]] = {  # name -> (function, para
     "resolve_version": (kstore.lifecycle.resolve_version, ["dataset_uuid", "version", "as_of"], False),
     "build_indices": (kstore.build_indices, ["dataset_uuid", "columns_to_index"], True),
     "delete_rows": (kstore.delete_rows, ["dataset_uuid", "predicates"], True),
+    "rename_columns": (kstore.rename_columns, ["dataset_uuid", "renames", "txn"], True),
+    "drop_columns": (kstore.drop_columns, ["dataset_uuid", "columns_to_drop", "txn"], True),
     "garbage_collect": (kstore.garbage_collect, ["dataset_uuid", "retention", "dry_run"], True),
     "copy_dataset": (kstore.copy_dataset, ["dataset_uuid", "new_uuid"], True),
     "upgrade_dataset": (kstore.upgrade_dataset, ["dataset_uuid"], True),
 }
-REQUIRED = {"dataset_uuid", "data", "column", "value", "from_version", "to_version", "columns_to_index"}
+REQUIRED = {"dataset_uuid", "data", "column", "value", "from_version", "to_version", "columns_to_index", "renames",
+            "columns_to_drop"}
 POSITIONAL = {"dataset_uuid": 0, "data": 1, "column": 1, "value": 2, "from_version": 1, "to_version": 2,
-              "columns_to_index": 1}
+              "columns_to_index": 1, "renames": 1, "columns_to_drop": 1}
 
 
 @st.composite
