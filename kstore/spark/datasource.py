@@ -85,6 +85,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
@@ -103,12 +104,14 @@ from kstore.spark.reader import (
     check_options,
     decode_store,
     filter_to_term,
+    newest_change_version,
     plan_partitions,
     read_change_partition,
     read_partition,
     resolve_changes,
     resolve_source,
     store_and_dataset,
+    stream_changes,
     wants_changes,
 )
 from kstore.spark.writer import (
@@ -169,6 +172,53 @@ class ChangeFeedReader(DataSourceReader):
         if not isinstance(partition, ChangePartition):  # Spark's placeholder for "no versions"
             return iter(())
         return read_change_partition(self.source, partition.entry)
+
+
+class StreamChangePartition(InputPartition):
+    """One Spark input partition of a micro-batch of a streaming change-feed read: one
+    version, with the range it belongs to."""
+
+    def __init__(self, source: ChangeSource, entry: Any) -> None:
+        self.source, self.entry = source, entry
+
+    def __repr__(self) -> str:
+        return f"StreamChangePartition(version {self.entry.version}: {self.entry.operation})"
+
+
+class ChangeFeedStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("kstore").option("readChangeFeed", "true")``: Delta's
+    streaming change data feed. The offset is the last version delivered (``{"version": v}``);
+    each micro-batch reads the versions committed since, one input partition per version
+    with row changes (:func:`kstore.blocks.changes.version_changes` in the workers), in the
+    schema the stream started with (a schema change since is an error asking for a restart).
+    A version garbage collection expired before the stream read it is a
+    :class:`~kstore.errors.VersionNotFoundError`, as for a batch read."""
+
+    def __init__(self, source: ChangeSource) -> None:
+        self.source = source
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"version": self.source.changes.start - 1}
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        newest = newest_change_version(self.source)
+        done = int(start["version"]) if start else self.source.changes.start - 1
+        return {"version": max(newest, done)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first, last = int(start["version"]) + 1, int(end["version"])
+        if first > last:
+            return []
+        batch = stream_changes(self.source, first, last)
+        return [StreamChangePartition(batch, e) for e in batch.changes.entries]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, StreamChangePartition):
+            return iter(())
+        return read_change_partition(partition.source, partition.entry)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
 
 
 class _Reader(DataSourceReader):
@@ -416,6 +466,61 @@ class KstoreDataSource(DataSource):
 
             source = replace(source, spark_schema=schema)
         return self._reader_cls(source)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream``: the change feed (``readChangeFeed=true`` with
+        ``startingVersion`` or ``startingTimestamp``), as Delta streams it
+        (:class:`ChangeFeedStreamReader`). A stream of the table's rows themselves is not
+        offered: read the change feed's inserts.
+
+        Parameters
+        ----------
+        schema
+            The schema Spark streams with: the change feed's (:meth:`schema`); a narrower
+            one is refused (select columns after ``load()``).
+
+        Returns
+        -------
+        pyspark.sql.datasource.DataSourceStreamReader
+            A :class:`ChangeFeedStreamReader` over the range from the starting version on.
+
+        Raises
+        ------
+        kstore.errors.InvalidArgumentError
+            ``readChangeFeed=true`` is missing, or an ending option is given (a stream has
+            no end).
+
+        Examples
+        --------
+        >>> import tempfile, pandas as pd, kstore
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> _ = kstore.store_dataset(tmp.name, "ev", pd.DataFrame({"id": [1, 2]}))
+        >>> source = KstoreDataSource({"path": tmp.name, "dataset_uuid": "ev", "readChangeFeed": "true",
+        ...                            "startingVersion": "0"})
+        >>> stream = source.streamReader(source.schema())
+        >>> start = stream.initialOffset()
+        >>> end = stream.latestOffset(start)
+        >>> start, end, [sorted(b.to_pydict()["id"]) for p in stream.partitions(start, end) for b in stream.read(p)]
+        ({'version': -1}, {'version': 0}, [[1, 2]])
+        >>> _ = kstore.update_dataset(tmp.name, "ev", pd.DataFrame({"id": [3]}))
+        >>> [b.to_pydict()["id"] for p in stream.partitions(end, stream.latestOffset(end)) for b in stream.read(p)]
+        [[3]]
+        >>> tmp.cleanup()
+        """
+        if not wants_changes(self.options):
+            raise InvalidArgumentError(
+                "spark.readStream of a kstore dataset reads its change feed: add .option('readChangeFeed', 'true') "
+                "and startingVersion or startingTimestamp")
+        if any(k.lower() in ("endingversion", "endingtimestamp") for k in self.options):
+            raise InvalidArgumentError("a change-feed stream has no end: endingVersion / endingTimestamp apply to "
+                                       "batch reads (spark.read)")
+        source = self._changes()
+        assert source is not None
+        if schema is not None and schema.fieldNames() != source.spark_schema.fieldNames():
+            raise InvalidArgumentError(f"dataset {source.changes.dataset_uuid!r}: a change-feed stream has the "
+                                       "schema of the dataset's change feed; select columns after load()")
+        return ChangeFeedStreamReader(source)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         """The writer of one ``df.write.format("kstore")...save(path)``: every check that

@@ -372,6 +372,37 @@ def resolve_changes(options: Mapping[str, str]) -> ChangeSource:
     return ChangeSource(factory, changes, spark_schema(changes.schema))
 
 
+def newest_change_version(source: ChangeSource) -> int:
+    """The newest version of the dataset a streaming change-feed read follows (1 listing of
+    the log + the main file: :func:`kstore.blocks.load.load_head`)."""
+    from kstore.blocks import load
+
+    head = load.load_head(source.store(), source.changes.dataset_uuid)
+    return head.version if head.version is not None else source.changes.start - 1
+
+
+def stream_changes(source: ChangeSource, start: int, end: int) -> ChangeSource:
+    """The versions ``start`` .. ``end`` of a streaming change-feed read (one micro-batch),
+    read in the stream's schema (fixed when the stream started, as Spark needs). A range
+    whose newest version has other columns or types than the stream (a column added,
+    renamed, dropped or widened since it started) is an :class:`InvalidArgumentError` asking
+    for a restart, as Delta's stream fails on a schema change: its rows would not fit."""
+    from dataclasses import replace
+
+    from kstore.blocks.changes import plan_changes
+
+    changes = plan_changes(source.store(), source.changes.dataset_uuid, start, end)
+    fixed = source.changes.schema
+    if not changes.schema.equals(fixed, check_metadata=False):
+        gone = [n for n in fixed.names if n not in changes.schema.names]
+        new = [n for n in changes.schema.names if n not in fixed.names]
+        raise InvalidArgumentError(
+            f"dataset {changes.dataset_uuid!r}: its schema changed by version {end} (columns added {new}, gone "
+            f"{gone}, or a type widened) after this change-feed stream started; restart the stream (from "
+            f"startingVersion {start}) to read the changes in the new schema")
+    return replace(source, changes=replace(changes, schema=fixed))
+
+
 def read_change_partition(source: ChangeSource, entry: LogEntry, store: Store | None = None,
                           ) -> Iterator[pa.RecordBatch]:
     """Executor side: the change rows of one version as Spark-typed Arrow batches."""

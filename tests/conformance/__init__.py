@@ -14,7 +14,9 @@ Every driver that reads or writes kstore datasets (eager ``read_dataset`` / ``re
   to kstore's planner (``predicates``) and evaluated by the engine (pandas / Dask masks,
   Spark ``.filter``), with the engine's own NaN semantics;
 * projections, ``columns=[]`` included;
-* DataFrame reuse: unions, self-joins and repeated actions of one DataFrame.
+* DataFrame reuse: unions, self-joins and repeated actions of one DataFrame;
+* column mapping (#33): a dataset whose files hold every data column under another name
+  (``rename_columns``, indexed columns too) and a dropped column, read by every reader.
 
 Expected answers are never written down: ``oracle.py`` evaluates each case on the source
 rows (``matrix.source_table()``). ``drivers.py`` holds one adapter per engine (kartothek's

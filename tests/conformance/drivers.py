@@ -102,6 +102,8 @@ def write(writer: str, engines: Engines, url: str, uuid: str, source: pa.Table, 
         w = (spark_frame(engines.spark, source).write.format("kstore").option("secondary_indices", ",".join(idx))
              .mode("overwrite"))
         (w.partitionBy(*pon) if pon else w).save(f"{url}/{uuid}")
+    elif writer == "eager_renamed":  # #33's column mapping: the files hold other names than the dataset
+        _write_renamed(url, uuid, source, pon, idx)
     elif writer == "spark_datasource":
         w = (spark_frame(engines.spark, source).write.format("kstore").option("dataset_uuid", uuid)
              .option("secondary_indices", ",".join(idx)).mode("overwrite"))
@@ -110,6 +112,23 @@ def write(writer: str, engines: Engines, url: str, uuid: str, source: pa.Table, 
         w.save(url)
     else:
         raise AssertionError(writer)
+
+
+def _write_renamed(url: str, uuid: str, source: pa.Table, pon: list[str], idx: list[str]) -> None:
+    """The first half of ``source`` written with every column but the partition columns
+    stored as ``was_<name>`` (the indices too) and a column ``gone``; ``gone`` dropped, the
+    columns renamed to their names (no data file rewritten), then the second half appended
+    under the dataset's names (its files store them as ``was_<name>`` too). Readers must
+    return ``source`` exactly, and never the dropped values."""
+    stored = {c: f"was_{c}" for c in source.column_names if c not in pon}
+    half = source.num_rows // 2
+    first = source.slice(0, half)
+    first = first.rename_columns([stored.get(c, c) for c in first.column_names]).append_column(
+        "gone", pa.array([f"dropped-{i}" for i in range(first.num_rows)]))
+    kstore.store_dataset(url, uuid, first, partition_on=pon, secondary_indices=[stored.get(c, c) for c in idx])
+    kstore.drop_columns(url, uuid, ["gone"])
+    kstore.rename_columns(url, uuid, {v: k for k, v in stored.items()})
+    kstore.update_dataset(url, uuid, source.slice(half))
 
 
 def written_columns(writer: str, source: pa.Table) -> list[str]:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kstore
+from kstore.core.columns import file_names
 from kstore.core.types import normalize_schema, written_schema
 from tests.conformance import drivers, matrix
 from tests.conformance.oracle import canon_rows, diff, expected_rows, matching_ids
@@ -90,7 +91,29 @@ def _source_schema() -> pa.Schema:
 def test_full_read_and_projections(reader, layout, datasets, engines, source):
     """Every row and value; projections return exactly their columns in their order;
     ``columns=[]`` returns every row and no column."""
-    url, uuid = datasets.get("eager", layout)
+    _full_read_and_projections(reader, layout, *datasets.get("eager", layout), engines, source)
+
+
+#: every reader on a dataset whose files hold every column under another name, with a
+#: dropped column (#33's rename_columns / drop_columns; drivers._write_renamed)
+RENAMED_CASES = [pytest.param(r, "2cols", marks=_marks(r.group), id=f"{r.name}-renamed")
+                 for r in drivers.READERS.values()]
+
+
+@pytest.mark.parametrize("reader, layout", RENAMED_CASES)
+def test_renamed_and_dropped_columns_read_exactly(reader, layout, datasets, engines, source):
+    """After renames (every data column, the indexed ones too) and a drop, every reader
+    returns the source exactly under the dataset's names, predicates included (pushed to the
+    planner: the renamed indices and statistics prune), and never a dropped value."""
+    url, uuid = datasets.get("eager_renamed", layout)
+    schema = kstore.read_schema(url, uuid)
+    renamed = file_names(schema)
+    assert "gone" not in schema.names and renamed["i64"] == "was_i64" and len(renamed) == len(source.column_names) - 2
+    _full_read_and_projections(reader, layout, url, uuid, engines, source)
+    _predicates(reader, True, url, uuid, engines, source)
+
+
+def _full_read_and_projections(reader, layout, url, uuid, engines, source) -> None:
     projections = {k: (matrix.reversed_columns(source) if v is None else v) for k, v in matrix.PROJECTIONS.items()}
     queries = [(None, None, True)] + [(cols, None, True) for cols in projections.values()]
     results = reader.run(engines, url, uuid, queries)
@@ -110,7 +133,10 @@ def test_full_read_and_projections(reader, layout, datasets, engines, source):
 def test_predicates(reader, layout, pushed, datasets, engines, source):
     """Each predicate pushed to kstore's planner, or evaluated by the engine over a full
     read; every matching row with all its values (and one projected, one counted)."""
-    url, uuid = datasets.get("eager", layout)
+    _predicates(reader, pushed, *datasets.get("eager", layout), engines, source)
+
+
+def _predicates(reader, pushed, url, uuid, engines, source) -> None:
     semantics = drivers.value_semantics(reader, pushed)
     names = list(matrix.FORMAT_PUSHED_PREDICATES if reader.name == "spark_format" and pushed
                  else matrix.DEFAULT_PREDICATES)

@@ -131,3 +131,65 @@ def test_spark_change_feed_options_are_checked(spark, feed):
         _spark_feed(spark, feed, startingVersion=0, versionAsOf=1).collect()
     with pytest.raises(Exception, match="no version 99"):
         _spark_feed(spark, feed, startingVersion=0, endingVersion=99).collect()
+
+
+def _stream_once(spark, url: str, uuid: str, checkpoint: str, **options) -> list[tuple]:
+    """One ``trigger(availableNow=True)`` run of a change-feed stream from ``checkpoint``: the
+    rows each micro-batch delivered, as (batch, id, change type, version)."""
+    got: list[tuple] = []
+    reader = spark.readStream.format("kstore").option("dataset_uuid", uuid).option("readChangeFeed", "true")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (reader.load(url).writeStream
+         .foreachBatch(lambda df, i: got.extend((i, r.id, r._change_type, r._commit_version) for r in df.collect()))
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return got
+
+
+def test_spark_streams_the_change_feed_incrementally(spark, tmp_path):
+    """Delta's ``readStream ... readChangeFeed``: each run from the same checkpoint delivers
+    exactly the versions committed since the last one (the eager feed of that range), no
+    version twice; a schema change since the stream started fails it, asking for a restart."""
+    url, ck = str(tmp_path / "store"), str(tmp_path / "ck")
+    kstore.store_dataset(url, "ev", pd.DataFrame({"id": [1, 2], "x": [1.0, 2.0]}))
+    first = _stream_once(spark, url, "ev", ck, startingVersion=0)
+    assert sorted(r[1:] for r in first) == [(1, "insert", 0), (2, "insert", 0)]
+    kstore.update_dataset(url, "ev", pd.DataFrame({"id": [3], "x": [3.0]}))
+    kstore.update_rows(url, "ev", [[("id", "==", 2)]], set={"x": 20.0})
+    kstore.delete_rows(url, "ev", [[("id", "==", 1)]])
+    second = _stream_once(spark, url, "ev", ck, startingVersion=0)
+    want = kstore.read_changes(url, "ev", 1)
+    assert sorted(r[1:] for r in second) == sorted(zip(want["id"], want["_change_type"], want["_commit_version"]))
+    assert {r[0] for r in second}.isdisjoint({r[0] for r in first})  # new micro-batches only
+    assert _stream_once(spark, url, "ev", ck, startingVersion=0) == []  # nothing new: nothing delivered
+    # a running stream: a column added while it runs no longer fits its schema; it fails and says so
+    got: list[tuple] = []
+    q = (spark.readStream.format("kstore").option("dataset_uuid", "ev").option("readChangeFeed", "true")
+         .option("startingVersion", 0).load(url).writeStream
+         .foreachBatch(lambda df, i: got.extend((r.id, r._commit_version) for r in df.collect()))
+         .option("checkpointLocation", str(tmp_path / "ck-running")).trigger(processingTime="100 milliseconds")
+         .start())
+    try:
+        q.processAllAvailable()
+        everything = kstore.read_changes(url, "ev", 0)
+        assert sorted(got) == sorted(zip(everything["id"], everything["_commit_version"]))
+        kstore.update_dataset(url, "ev", pd.DataFrame({"id": [4], "x": [4.0], "note": ["n"]}), schema_mode="merge")
+        with pytest.raises(Exception, match="restart the stream"):
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    # restarted (from its checkpoint), the stream reads on in the new schema
+    again = _stream_once(spark, url, "ev", ck, startingVersion=0)
+    assert [r[1:] for r in again] == [(4, "insert", 4)]
+
+
+def test_spark_stream_options_are_checked(spark, tmp_path):
+    url = str(tmp_path / "store")
+    kstore.store_dataset(url, "ev", pd.DataFrame({"id": [1]}))
+    with pytest.raises(Exception, match="reads its change feed"):
+        (spark.readStream.format("kstore").option("dataset_uuid", "ev").load(url).writeStream
+         .foreachBatch(lambda df, i: None).option("checkpointLocation", str(tmp_path / "ck0"))
+         .trigger(availableNow=True).start().awaitTermination())
+    with pytest.raises(Exception, match="has no end"):
+        _stream_once(spark, url, "ev", str(tmp_path / "ck"), startingVersion=0, endingVersion=0)
