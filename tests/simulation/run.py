@@ -12,7 +12,7 @@ runs every schedule and prints each distinct violation once (its first seed and 
 schedules showed it).
 
 The modes ``restores`` and ``row-changes`` (#33) add restores, merges and updates (some on
-snapshots) to the writers' operations; ``renames`` adds column renames (x <-> y) beside them. The fault kinds of issue #29 are modes (``--mode
+snapshots) to the writers' operations; ``renames`` adds column renames (x <-> y) and type widenings (double row ids into the int64 column) beside them. The fault kinds of issue #29 are modes (``--mode
 clock-skew|pauses|held-creates|recreate|damaged-derived``) and flags that add them to any mode: ``--clock-skew``, ``--pause-rate``,
 ``--held-rate``, ``--recreate``, ``--damage-rate`` (``--damage-kinds``, ``--damage-targets``);
 ``--gc-runs`` sets how many garbage collections run per schedule.

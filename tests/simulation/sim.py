@@ -153,6 +153,10 @@ class Config:
     #: the column's name first (a store call: a rename may commit between), and a write that
     #: read the other name must fail, never commit values under the wrong column (#33)
     rename_rate: float = 0.0
+    #: chance that a writer's operation (not its first) appends rows whose ``rid`` is a double:
+    #: ``schema_mode="merge"`` widens the int64 column (every value is exact in a double; the
+    #: commit checks the statistics again), beside every other writer (#33's type widening)
+    widen_rate: float = 0.0
     #: the ``log_retention`` of every garbage collection (None: by the seed, see Simulation)
     log_retention: timedelta | None = None
 
@@ -175,7 +179,8 @@ FAULT_KINDS: dict[str, Config] = {
     "row-changes": Config(upsert_rate=0.5, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
     # (not a fault: column renames, x <-> y, beside appends, row changes, restores, compaction
     # and GC: readers see every version's rows under that version's name; #33)
-    "renames": Config(rename_rate=0.5, upsert_rate=0.2, restore_rate=0.1, gc_runs=4, ops_per_writer=4),
+    "renames": Config(rename_rate=0.5, widen_rate=0.3, upsert_rate=0.2, restore_rate=0.1, gc_runs=4,
+                      ops_per_writer=4),
 }
 
 
@@ -223,6 +228,7 @@ class Stats:
     restores: int = 0  # kstore.restore calls started (restores mode)
     row_changes: int = 0  # kstore.merge and update_rows calls started (row-changes mode)
     renames: int = 0  # kstore.rename_columns calls started (renames mode)
+    widens: int = 0  # appends of double rids with schema_mode="merge" started (renames mode)
 
 
 # ---------------------------------------------------------------------------------------
@@ -731,7 +737,7 @@ class Op:
         base = before or frozenset()
         if self.kind == "create":
             return frozenset(self.rows)
-        if self.kind == "append":
+        if self.kind in ("append", "widen"):
             return base | frozenset(self.rows)
         if self.kind == "overwrite":
             touched = {p for _, p, _ in self.rows}
@@ -1142,6 +1148,7 @@ class Simulation:
         self.restore_rng = random.Random(seed * 17 + 3)  # (its own stream: the other draws stay as they were)
         self.upsert_rng = random.Random(seed * 19 + 11)  # (the same)
         self.rename_rng = random.Random(seed * 23 + 7)  # (the same)
+        self.widen_rng = random.Random(seed * 29 + 13)  # (the same)
         # odd seeds keep expired versions' entries for the default log retention (30 days:
         # history lists them); even ones delete them after LOG_MIN_AGE, as before #33, which
         # exercises the claims of numbers whose entries are gone (FORMAT.md C)
@@ -1208,6 +1215,9 @@ class Simulation:
             elif (op.kind != "create" and j > 0 and self.config.rename_rate
                     and self.rename_rng.random() < self.config.rename_rate):
                 op = Op("rename", tag)
+            elif (op.kind != "create" and j > 0 and self.config.widen_rate
+                    and self.widen_rng.random() < self.config.widen_rate):
+                op = Op("widen", tag, rows=self._rows(self.widen_rng.randint(1, 2)))
             if op.kind not in ("create", "restore") and self.snap_rng.random() < self.config.snapshot_rate:
                 op = replace(op, snapshot=True)
                 if self.config.recreate_cycles and self.stale_rng.random() < self.config.stale_rate:
@@ -1252,6 +1262,10 @@ class Simulation:
         if op.kind == "rename":
             self.stats.renames += 1
             return kstore.rename_columns(st, UUID, {x: "x" if x == "y" else "y"}, txn=op.tag)
+        if op.kind == "widen":
+            self.stats.widens += 1
+            return kstore.update_dataset(st, UUID, frame(op.rows, x).astype({"rid": "float64"}), schema_mode="merge",
+                                         txn=op.tag)
         if op.kind == "create":
             return kstore.store_dataset(st, UUID, frame(op.rows, x), partition_on="p", secondary_indices="x", txn=op.tag)
         if op.kind == "append":
@@ -1294,6 +1308,9 @@ class Simulation:
         if op.kind == "rename":
             self.stats.renames += 1
             return kstore.rename_columns(st, UUID, {x: "x" if x == "y" else "y"}, txn=op.tag)
+        if op.kind == "widen":
+            self.stats.widens += 1
+            return snap.append(frame(op.rows, x).astype({"rid": "float64"}), schema_mode="merge", options=opts)
         if op.kind == "append":
             return snap.append(frame(op.rows, x), options=opts)
         if op.kind == "overwrite":
