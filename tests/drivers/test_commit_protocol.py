@@ -224,7 +224,9 @@ def test_a_writer_never_claims_on_a_stale_listing(url, stall_at):
             kstore.update_dataset(url, UUID, frame(["c"], [2]))
             clock.advance(2 * 3600)
             kstore.update_dataset(url, UUID, frame(["d"], [3]))
-            gc = kstore.garbage_collect(url, UUID, retention=timedelta(minutes=30), enforce_retention_duration=False)
+            # (log_retention=0: the entries older than an hour are deleted, not kept for history)
+            gc = kstore.garbage_collect(url, UUID, retention=timedelta(minutes=30), enforce_retention_duration=False,
+                                        log_retention=timedelta(0))
             assert set(gc.expired_versions) == {0, 1}  # entries older than an hour: deleted
 
     with runtime.installed(clock):
