@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from kstore.core.columns import file_names
 from kstore.core.planning import ReadPlan
 from kstore.core.types import duplicate_names, read_schema
 from kstore.io.arrowfs import filesystem_paths
@@ -48,16 +49,20 @@ def partition_expression(values: Sequence[tuple[str, Any]], schema: pa.Schema) -
     return ds.scalar(True) if expr is None else expr
 
 
-def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = None) -> ds.FileSystemDataset:
+def plan_dataset(store: Store, plan: ReadPlan, columns: Sequence[str] | None = None, *,
+                 in_files: bool = False) -> ds.FileSystemDataset:
     """The planned files of ``plan`` as one ``pyarrow.dataset`` (fragments in plan order).
 
     The schema is the version's read schema, restricted to ``columns`` (in that order) when
     given; partition columns not in it are left out of the fragments' expressions. Rows are
-    not filtered: the dataset holds every row of every planned file.
+    not filtered: the dataset holds every row of every planned file. ``in_files``: renamed
+    columns (:mod:`kstore.core.columns`) under their file names, as the files hold them
+    (the caller projects them back: ``{name: ds.field(file name)}``).
     """
     rschema = read_schema(plan.schema)
     names = list(columns) if columns is not None else list(rschema.names)
-    schema = pa.schema([rschema.field(c) for c in names])
+    renames = file_names(plan.schema) if in_files else {}
+    schema = pa.schema([rschema.field(c).with_name(renames.get(c, c)) for c in names])
     fs, paths = filesystem_paths(store, [t.key for t in plan.tasks])
     partitions = [partition_expression([(k, v) for k, v in t.partition_values if k in schema.names], schema)
                   for t in plan.tasks]

@@ -256,7 +256,8 @@ def history(store: Store, dataset_uuid: str, limit: int | None = None) -> list[H
     """The versions of the dataset as it exists now, oldest first (only the newest ``limit``
     of them when given): the retained ones, and the ones garbage collection expired whose log
     entries it keeps for the log retention (``expired=True``; 30 days by default, as Delta
-    keeps its log). Everything before the dataset was last deleted is left out. A dataset kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
+    keeps its log). Everything before the dataset was last deleted is left out. A dataset
+    kartothek wrote (no log) has no history: ``[]``. Costs 1 listing
     of the log, 1 get of the newest history summary and 1 get per version it does not
     cover (the entries after it: about :data:`~kstore.core.state.CHECKPOINT_INTERVAL`; in
     parallel) and of the oldest retained version (FORMAT.md E.5), whatever the number of

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
@@ -187,8 +188,8 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     from kstore.blocks.arrow import has_duplicate_columns, plan_dataset
     from kstore.io.arrowfs import is_plain_local
 
-    if not MULTI_FILE_SCAN or file_names(plan.schema):
-        return None  # (renamed columns: the per-file path reads each under its file name)
+    if not MULTI_FILE_SCAN:
+        return None
     if not is_plain_local(store):
         return None  # other stores: per-file range reads (a Python file per fragment is slower)
     tasks = plan.tasks
@@ -206,11 +207,13 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     residual_cols = list(columns_of(residual)) if residual else []
     used_pkeys = [k for k in pkeys if k in columns or k in residual_cols]
     data_cols = [c for c in dict.fromkeys(columns + residual_cols) if c not in pkeys]
+    renames = file_names(plan.schema)  # (renamed columns: the dataset names them as the files do)
     try:
-        dataset = plan_dataset(store, plan, data_cols + used_pkeys)
-        expr = to_expression(residual, rschema) if residual else None
+        dataset = plan_dataset(store, plan, data_cols + used_pkeys, in_files=True)
+        expr = to_expression(renamed_dnf(residual, renames), _in_files(rschema, renames)) if residual else None
         threads = pool_size(len(tasks), max_workers, cpu_bound=True) > 1
-        table = dataset.to_table(columns=columns, filter=expr, use_threads=threads)
+        projection: Any = {c: ds.field(renames.get(c, c)) for c in columns} if renames else columns
+        table = dataset.to_table(columns=projection, filter=expr, use_threads=threads)
         # a file with duplicated column names is read silently (its first match): leave it to
         # the per-file path, which names it (the scan kept every footer it read: no I/O here)
         if has_duplicate_columns(dataset):
