@@ -53,13 +53,15 @@ from kstore.io.store import Store
 
 log = logging.getLogger("kstore.read")
 
-__all__ = ["read_changes", "plan_changes", "version_changes", "conform_changes", "ChangeRange", "CHANGE_COLUMNS",
-           "NO_ROW_CHANGES"]
+__all__ = ["read_changes", "plan_changes", "version_changes", "conform_changes", "appends_only", "ChangeRange",
+           "CHANGE_COLUMNS", "NO_ROW_CHANGES", "APPEND_ONLY"]
 
 #: the columns every change row has besides the data columns (Delta's names)
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 #: operations that change no row
 NO_ROW_CHANGES = frozenset({"compaction", "build_indices", "drop_indices", "upgrade", "vacuum"})
+#: operations that only add rows: the versions a stream of a dataset's new rows reads
+APPEND_ONLY = frozenset({"create", "append"})
 #: operations whose added files carry rows of the files they replace (compared row by row);
 #: every other operation is reported as whole files (one this kstore does not know too)
 _REWRITES = frozenset({"delete_rows", "restore", "update", "merge"})
@@ -129,6 +131,39 @@ def version_changes(store: Store, changes: ChangeRange, entry: LogEntry, before:
     if before is None and v > 0 and entry.operation != "create":
         before = _version(store, changes.dataset_uuid, v - 1, start, end, previous=True)
     return _changes_of(store, entry, before, now, changes.names), now
+
+
+def appends_only(changes: ChangeRange, *, skip_change_commits: bool = False) -> ChangeRange:
+    """``changes`` with only the versions that added rows and changed none (``create``,
+    ``append``): what a stream of a dataset's new rows reads (Delta's streaming source; their
+    change rows are all ``insert``). A version in the range that changed or removed rows
+    (an overwrite, a row delete or update, a merge, a restore) is an
+    :class:`~kstore.errors.InvalidArgumentError` naming it, unless ``skip_change_commits``
+    (Delta's ``skipChangeCommits``): then it is left out, the rows it added too.
+
+    >>> import pandas as pd, kstore
+    >>> from kstore.io.memory import MemoryStore
+    >>> st = MemoryStore()
+    >>> _ = kstore.store_dataset(st, "d", pd.DataFrame({"k": [1, 2]}))
+    >>> _ = kstore.delete_rows(st, "d", [[("k", "==", 2)]])
+    >>> _ = kstore.update_dataset(st, "d", pd.DataFrame({"k": [3]}))
+    >>> [e.version for e in appends_only(plan_changes(st, "d", 0), skip_change_commits=True).entries]
+    [0, 2]
+    >>> appends_only(plan_changes(st, "d", 0))
+    Traceback (most recent call last):
+    ...
+    kstore.errors.InvalidArgumentError: dataset 'd': version 1 (delete_rows) changed or removed rows, so a stream of the dataset's new rows cannot go past it: set the option skipChangeCommits=true to skip such versions (and the rows they added), or stream the change feed (readChangeFeed=true)
+    """
+    kept = []
+    for entry in changes.entries:
+        if entry.operation in APPEND_ONLY:
+            kept.append(entry)
+        elif not skip_change_commits:
+            raise InvalidArgumentError(
+                f"dataset {changes.dataset_uuid!r}: version {entry.version} ({entry.operation}) changed or removed rows, "
+                "so a stream of the dataset's new rows cannot go past it: set the option skipChangeCommits=true to "
+                "skip such versions (and the rows they added), or stream the change feed (readChangeFeed=true)")
+    return replace(changes, entries=tuple(kept))
 
 
 def conform_changes(table: pa.Table, schema: pa.Schema) -> pa.Table:

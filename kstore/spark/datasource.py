@@ -52,6 +52,15 @@ fewer. ``readChangeFeed=true`` with ``startingVersion`` / ``startingTimestamp`` 
 :class:`~kstore.errors.InvalidArgumentError` listing the valid ones, on reads and writes: a
 misspelt ``version`` must not silently read the latest data.
 
+Streams (Delta's streaming source and sink): ``spark.readStream.format("kstore")`` reads
+every row of the dataset, then each new version's added rows
+(:class:`AppendStreamReader`; ``startingVersion`` / ``startingTimestamp`` start at a
+version instead, ``skipChangeCommits=true`` skips versions that changed rows), or with
+``readChangeFeed=true`` the change feed (:class:`ChangeFeedStreamReader`).
+``df.writeStream.format("kstore")`` commits each micro-batch once
+(:class:`KstoreStreamWriter`): the write options apply, plus ``checkpointLocation`` /
+``txnAppId`` (the transaction's app id).
+
 The path is a store URL (``/dir``, ``file://``, ``s3://...``) or
 :func:`kstore.spark.store_option` of any other store. The version is pinned when Spark
 resolves the schema: a DataFrame keeps reading the version it was created on.
@@ -76,29 +85,32 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
+from kstore.blocks.changes import appends_only
 from kstore.blocks.job import SchemaMode, WriteMode
 from kstore.blocks.write import WrittenFile
 from kstore.core.naming import DEFAULT_TABLE, MetadataFormat
 from kstore.core.predicates import Term
 from kstore.core.writer_options import WriteOptions
-from kstore.errors import InvalidArgumentError
+from kstore.errors import CommitConflictError, InvalidArgumentError
 from kstore.spark.reader import (
     WRITE_OPTIONS,
+    AppendSource,
     ChangeSource,
     ReadSource,
     check_options,
@@ -108,8 +120,10 @@ from kstore.spark.reader import (
     plan_partitions,
     read_change_partition,
     read_partition,
+    resolve_appends,
     resolve_changes,
     resolve_source,
+    snapshot_source,
     store_and_dataset,
     stream_changes,
     wants_changes,
@@ -126,6 +140,8 @@ from kstore.spark.writer import (
     write_batches,
 )
 
+_T = TypeVar("_T")
+
 __all__ = [
     "KstoreDataSource",
     "KstoreDataSourceNoPushdown",
@@ -135,6 +151,10 @@ __all__ = [
     "KstorePartition",
     "ChangeFeedReader",
     "ChangePartition",
+    "ChangeFeedStreamReader",
+    "AppendStreamReader",
+    "KstoreStreamWriter",
+    "stream_app_id",
 ]
 
 
@@ -221,6 +241,80 @@ class ChangeFeedStreamReader(DataSourceStreamReader):
         return None
 
 
+class SnapshotPartition(InputPartition):
+    """One Spark input partition of a stream's first micro-batch when it has no
+    ``startingVersion``: a group of the files of the version it starts from."""
+
+    def __init__(self, source: ReadSource, plan: Any) -> None:
+        self.source, self.plan = source, plan
+
+    def __repr__(self) -> str:
+        return f"SnapshotPartition(version {self.source.version}: {len(self.plan.tasks)} files)"
+
+
+class AppendStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("kstore")``: Delta's streaming source, the rows each new
+    version added. The offset is the last version delivered (``{"version": v}``); the
+    initial offset of a stream without ``startingVersion`` is ``{"version": -1,
+    "snapshot": true}``, and its first micro-batch reads every row of the version it ends
+    at (the files grouped as a batch read groups them). Each later micro-batch reads the
+    versions committed since that only added rows, one input partition per version
+    (:func:`kstore.blocks.changes.appends_only`): compaction and index builds add no rows;
+    a version that changed or removed rows stops the stream with an
+    :class:`~kstore.errors.InvalidArgumentError` unless ``skipChangeCommits=true``."""
+
+    def __init__(self, source: AppendSource) -> None:
+        self.source = source
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self.source.snapshot:
+            return {"version": -1, "snapshot": True}
+        return {"version": self.source.changes.changes.start - 1}
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        newest = newest_change_version(self.source.changes)
+        done = int(start["version"]) if start else self.source.changes.changes.start - 1
+        return {"version": max(newest, done)}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        last = int(end["version"])
+        if start.get("snapshot"):
+            snap = snapshot_source(self.source, last)
+            _, parts = plan_partitions(snap)
+            return [SnapshotPartition(snap, p) for p in parts]
+        first = int(start["version"]) + 1
+        if first > last:
+            return []
+        batch = stream_changes(self.source.changes, first, last)
+        batch = replace(batch, changes=appends_only(batch.changes, skip_change_commits=self.source.skip_change_commits))
+        return [StreamChangePartition(batch, e) for e in batch.changes.entries]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, SnapshotPartition):
+            return read_partition(partition.source, partition.plan)
+        if isinstance(partition, StreamChangePartition):
+            return read_change_partition(partition.source, partition.entry)
+        return iter(())
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
+
+
+class _MicroBatchReader(DataSourceReader):
+    """A batch read of one micro-batch of a stream reader (the JVM stream source's
+    ``getBatch``): its partitions for the offsets ``start`` .. ``end``."""
+
+    def __init__(self, stream: DataSourceStreamReader, start: dict[str, Any], end: dict[str, Any],
+                 schema: StructType) -> None:
+        self.stream, self.start, self.end, self.schema = stream, start, end, schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.stream.partitions(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return cast(Iterator[pa.RecordBatch], self.stream.read(partition))
+
+
 class _Reader(DataSourceReader):
     def __init__(self, source: ReadSource) -> None:
         self.source = source
@@ -289,6 +383,84 @@ class KstoreWriter(DataSourceArrowWriter):
         files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
         if files:
             cleanup_files(self.job.store(), files)
+
+
+class KstoreStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("kstore")``: Delta's streaming sink. Executors write each
+    micro-batch's files (``write``); the driver makes one commit per micro-batch
+    (``commit``) with the application transaction ``(app_id, batch id)``, so a micro-batch
+    that Spark runs again after a failure or a restart commits nothing the second time
+    (exactly once; the files of the repeat are deleted). ``app_id`` is the ``txnAppId``
+    option or the query's checkpoint location (both outlive a restart).
+
+    Each commit is prepared afresh on the driver (the dataset may have been created by
+    the first micro-batch, or changed by other writers since), with the head the writer
+    loaded before any of the batch's files was written (the orphan check of FORMAT.md C2).
+    A dataset whose partition columns or table changed since the stream started refuses
+    the micro-batch with a :class:`~kstore.errors.CommitConflictError` (restart the
+    stream). ``overwrite`` (Spark's complete output mode) replaces the dataset with each
+    micro-batch's rows."""
+
+    def __init__(self, job: WriteJob, schema: StructType, app_id: str, overwrite: bool,
+                 settings: dict[str, Any]) -> None:
+        self.job, self.schema, self.app_id, self.overwrite, self.settings = job, schema, app_id, overwrite, settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KstoreCommitMessage:
+        files = [f for chunk in write_batches(self.job, iterator) for f in chunk]
+        return KstoreCommitMessage(pickle.dumps(files, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
+        if not files and not self.overwrite:
+            return None  # no rows: nothing to add (an empty append would only record the batch)
+        try:
+            job = self.batch_job(batchId)
+        except BaseException:
+            cleanup_files(self.job.store(), files)
+            raise
+        commit_files(job, files)
+        return None
+
+    def batch_job(self, batch_id: int) -> WriteJob:
+        """The write job of micro-batch ``batch_id``: prepared on the dataset as it is now,
+        with the transaction ``(app_id, batch_id)``."""
+        core = self.job.core
+        fresh = prepare_write(core.store, core.dataset_uuid, self.schema,
+                              mode="overwrite" if self.overwrite else "append", txn=(self.app_id, batch_id),
+                              **self.settings)
+        if fresh.core.already_committed:
+            return fresh
+        was, now = core.layout, fresh.core.layout
+        if (was.partition_on, was.table_name) != (now.partition_on, now.table_name):
+            raise CommitConflictError(
+                f"dataset {core.dataset_uuid!r}: its partition columns or table changed since this stream started "
+                f"({list(was.partition_on)} in table {was.table_name!r}, now {list(now.partition_on)} in {now.table_name!r}); "
+                f"micro-batch {batch_id} was not committed: restart the stream")
+        return replace(fresh, core=replace(fresh.core, head=core.head))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        files = [f for m in messages if isinstance(m, KstoreCommitMessage) for f in m.written()]
+        if files:
+            cleanup_files(self.job.store(), files)
+
+
+def stream_app_id(opts: Mapping[str, str]) -> str:
+    """The application id of a streaming write's transactions: the ``txnAppId`` option
+    (Delta's name), else the query's ``checkpointLocation`` option.
+
+    >>> stream_app_id({"txnAppId": "orders-sink"}), stream_app_id({"checkpointLocation": "/ck/orders"})
+    ('orders-sink', 'spark-stream:/ck/orders')
+    """
+    app = (opts.get("txnAppId") or "").strip()
+    if app:
+        return app
+    location = (opts.get("checkpointLocation") or "").strip()
+    if location:
+        return f"spark-stream:{location}"
+    raise InvalidArgumentError(
+        "a streaming write to kstore commits each micro-batch exactly once under an id that outlives restarts: "
+        "give .option('checkpointLocation', ...) on writeStream (a session-wide checkpoint directory is not passed "
+        "to Python data sources) or .option('txnAppId', ...)")
 
 
 def _txn(text: str | None) -> tuple[str, int] | None:
@@ -366,18 +538,58 @@ class KstoreDataSource(DataSource):
         """The change-feed read the options ask for (``readChangeFeed=true``), else None."""
         if not wants_changes(self.options):
             return None
-        source = getattr(self, "_resolved_changes", None)
-        if source is None:
-            source = resolve_changes(self.options)
-            self._resolved_changes = source  # pickled with the data source: the range stays fixed
-        return source
+        return self._once("_resolved_changes", lambda: resolve_changes(self.options))
+
+    def _stream_batch(self) -> _MicroBatchReader | None:
+        """One micro-batch of the JVM source's stream (kstore-spark.jar's
+        ``KstoreStreamSource`` passes the option ``__stream_batch``: ``{"start": offset or
+        null, "end": offset}``): read here, as a batch, by the stream reader the other options
+        ask for (:class:`AppendStreamReader`, or :class:`ChangeFeedStreamReader` with
+        ``readChangeFeed=true``). A ``start`` offset becomes the range's first version, so a
+        long-running stream does not re-read, or need retained, the versions before it."""
+        raw = next((v for k, v in self.options.items() if k.lower() == "__stream_batch"), None)
+        if raw is None:
+            return None
+        return self._once("_resolved_batch", lambda: self._micro_batch(raw))
+
+    def _micro_batch(self, raw: str) -> _MicroBatchReader:
+        span = json.loads(raw)
+        start, end = span.get("start"), span["end"]
+        opts = {k: v for k, v in self.options.items() if k.lower() != "__stream_batch"}
+        if start is not None:
+            opts = {k: v for k, v in opts.items() if k.lower() not in ("startingversion", "startingtimestamp")}
+            opts["startingVersion"] = str(int(start["version"]) + 1)
+        stream: DataSourceStreamReader
+        if wants_changes(opts, stream=True):
+            stream = ChangeFeedStreamReader(resolve_changes(opts))
+            schema = stream.source.spark_schema
+        else:
+            appends = resolve_appends(opts)
+            stream, schema = AppendStreamReader(appends), appends.changes.spark_schema
+        return _MicroBatchReader(stream, start if start is not None else stream.initialOffset(), end, schema)
+
+    def _once(self, attr: str, resolve: Callable[[], _T]) -> _T:
+        """``resolve()`` the first time, then the value kept in ``attr``: it is pickled with
+        the data source, so the version (or range) Spark resolved stays pinned in workers."""
+        value = getattr(self, attr, None)
+        if value is None:
+            value = resolve()
+            setattr(self, attr, value)
+        return cast(_T, value)
+
+    def _appends(self, stream: bool = False) -> AppendSource | None:
+        """A stream of the dataset's rows (:func:`kstore.spark.reader.resolve_appends`):
+        ``stream`` (``spark.readStream``), or options only such a stream takes
+        (``startingVersion`` without ``readChangeFeed``, ``skipChangeCommits``); else None."""
+        if wants_changes(self.options, stream=True):
+            return None
+        stream_only = {"startingversion", "startingtimestamp", "skipchangecommits"}
+        if not stream and not any(k.lower() in stream_only for k in self.options):
+            return None
+        return self._once("_resolved_appends", lambda: resolve_appends(self.options))
 
     def _source(self) -> ReadSource:
-        source = getattr(self, "_resolved", None)
-        if source is None:
-            source = resolve_source(self.options)
-            self._resolved = source  # pickled with the data source: the version stays pinned
-        return source
+        return self._once("_resolved", lambda: resolve_source(self.options))
 
     def schema(self) -> StructType:
         """The Spark schema of the dataset version the options select (the version is
@@ -410,6 +622,12 @@ class KstoreDataSource(DataSource):
         kstore.errors.InvalidArgumentError: the kstore data source has no read option 'verison' (did you mean 'version'?); ...
         >>> tmp.cleanup()
         """
+        batch = self._stream_batch()
+        if batch is not None:
+            return batch.schema
+        appends = self._appends()
+        if appends is not None:
+            return appends.changes.spark_schema
         changes = self._changes()
         if changes is not None:
             return changes.spark_schema
@@ -448,6 +666,9 @@ class KstoreDataSource(DataSource):
         (2, [1, 2])
         >>> tmp.cleanup()
         """
+        batch = self._stream_batch()
+        if batch is not None:
+            return batch
         changes = self._changes()
         if changes is not None:
             if schema is not None and schema.fieldNames() != changes.spark_schema.fieldNames():
@@ -468,10 +689,12 @@ class KstoreDataSource(DataSource):
         return self._reader_cls(source)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """``spark.readStream``: the change feed (``readChangeFeed=true`` with
-        ``startingVersion`` or ``startingTimestamp``), as Delta streams it
-        (:class:`ChangeFeedStreamReader`). A stream of the table's rows themselves is not
-        offered: read the change feed's inserts.
+        """``spark.readStream``, as Delta streams a table: the rows each new version adds
+        (:class:`AppendStreamReader`: from ``startingVersion`` / ``startingTimestamp``, or
+        every row of the newest version first; ``skipChangeCommits=true`` skips versions
+        that changed rows), or the change feed with ``readChangeFeed=true``
+        (:class:`ChangeFeedStreamReader`, ``startingVersion`` or ``startingTimestamp``
+        required).
 
         Parameters
         ----------
@@ -482,13 +705,14 @@ class KstoreDataSource(DataSource):
         Returns
         -------
         pyspark.sql.datasource.DataSourceStreamReader
-            A :class:`ChangeFeedStreamReader` over the range from the starting version on.
+            An :class:`AppendStreamReader`, or with ``readChangeFeed=true`` a
+            :class:`ChangeFeedStreamReader` over the range from the starting version on.
 
         Raises
         ------
         kstore.errors.InvalidArgumentError
-            ``readChangeFeed=true`` is missing, or an ending option is given (a stream has
-            no end).
+            An ending option is given (a stream has no end), or a read option that does not
+            apply to a stream (``version``, ``columns``, ``predicates``).
 
         Examples
         --------
@@ -508,10 +732,15 @@ class KstoreDataSource(DataSource):
         [[3]]
         >>> tmp.cleanup()
         """
-        if not wants_changes(self.options):
-            raise InvalidArgumentError(
-                "spark.readStream of a kstore dataset reads its change feed: add .option('readChangeFeed', 'true') "
-                "and startingVersion or startingTimestamp")
+        if any(k.lower() in ("endingversion", "endingtimestamp") for k in self.options):
+            raise InvalidArgumentError("a stream has no end: endingVersion / endingTimestamp apply to batch reads "
+                                       "(spark.read)")
+        appends = self._appends(stream=True)
+        if appends is not None:
+            if schema is not None and schema.fieldNames() != appends.changes.spark_schema.fieldNames():
+                raise InvalidArgumentError(f"dataset {appends.changes.changes.dataset_uuid!r}: a stream has the "
+                                           "dataset's columns; select columns after load()")
+            return AppendStreamReader(appends)
         if any(k.lower() in ("endingversion", "endingtimestamp") for k in self.options):
             raise InvalidArgumentError("a change-feed stream has no end: endingVersion / endingTimestamp apply to "
                                        "batch reads (spark.read)")
@@ -565,31 +794,11 @@ class KstoreDataSource(DataSource):
         opts = check_options(self.options, WRITE_OPTIONS, "write")
         path, uuid = store_and_dataset(opts, "save")
         store = decode_store(path)
-        metadata = None
-        if opts.get("metadata"):
-            try:
-                metadata = json.loads(opts["metadata"])
-            except ValueError as exc:
-                raise InvalidArgumentError(f"option metadata must be a JSON object, got {opts['metadata']!r}") from exc
+        settings = _write_settings(opts)
         mode, scopes = _write_mode(opts, overwrite, store, uuid)
         if mode == "ignore":
             return _IgnoreWriter()
-        job = prepare_write(
-            store,
-            uuid,
-            schema,
-            mode=mode,
-            partition_on=opts.get("partition_on"),
-            secondary_indices=opts.get("secondary_indices"),
-            delete_scope=scopes,
-            metadata=metadata,
-            metadata_format=cast(MetadataFormat | None, opts.get("metadata_format") or None),
-            table_name=opts.get("table") or DEFAULT_TABLE,
-            schema_mode=_schema_mode(opts),
-            txn=_txn(opts.get("txn")),
-            chunk_bytes=int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
-            write_options=WriteOptions.from_text(opts),
-        )
+        job = prepare_write(store, uuid, schema, mode=mode, delete_scope=scopes, txn=_txn(opts.get("txn")), **settings)
         condition = opts.get("replaceWhere")
         if condition:
             scope_list = parse_replace_where(condition)
@@ -597,6 +806,87 @@ class KstoreDataSource(DataSource):
             return KstoreWriter(job, (condition, tuple(scope_list)))
         return KstoreWriter(job)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        """``df.writeStream.format("kstore")``: each micro-batch is one commit, exactly once
+        (:class:`KstoreStreamWriter`, Delta's streaming sink).
+
+        Parameters
+        ----------
+        schema
+            The stream's Spark schema (types must map to kstore, see :mod:`kstore.spark.types`).
+        overwrite
+            Spark's complete output mode: each micro-batch replaces the dataset (else each
+            appends; a missing dataset is created by the first).
+
+        Returns
+        -------
+        pyspark.sql.datasource.DataSourceStreamArrowWriter
+            A :class:`KstoreStreamWriter`.
+
+        Raises
+        ------
+        kstore.errors.InvalidArgumentError
+            No ``checkpointLocation`` / ``txnAppId`` option (see :func:`stream_app_id`), or an
+            option that does not apply to a stream (``txn``, ``write_mode``,
+            ``replaceWhere``, ``partitionOverwriteMode``).
+
+        Examples
+        --------
+        What Spark does for two micro-batches of ``df.writeStream.format("kstore")
+        .option("dataset_uuid", "ev").option("checkpointLocation", ck).start(path)``, the
+        second run twice (a restart):
+
+        >>> import tempfile, pyarrow as pa, kstore
+        >>> from pyspark.sql import types as T
+        >>> from kstore.spark.datasource import KstoreDataSource
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> schema = T.StructType([T.StructField("id", T.LongType())])
+        >>> source = KstoreDataSource({"path": tmp.name, "dataset_uuid": "ev", "checkpointLocation": "/ck/ev"})
+        >>> for batch_id, ids in [(0, [1, 2]), (1, [3]), (1, [3])]:
+        ...     writer = source.streamWriter(schema, overwrite=False)
+        ...     writer.commit([writer.write(iter([pa.record_batch({"id": ids})]))], batch_id)
+        >>> sorted(kstore.read_table(tmp.name, "ev")["id"].to_pylist())
+        [1, 2, 3]
+        >>> tmp.cleanup()
+        """
+        opts = check_options(self.options, WRITE_OPTIONS + STREAM_WRITE_OPTIONS, "write")
+        given = [o for o in _NOT_STREAMED if o in opts]
+        if given:
+            raise InvalidArgumentError(f"options {given} do not apply to a streaming write: each micro-batch appends "
+                                       "(Spark's append output mode) or replaces the dataset (complete mode), once, "
+                                       "under the transaction (txnAppId or checkpointLocation, batch id)")
+        app = stream_app_id(opts)
+        path, uuid = store_and_dataset(opts, "start")
+        settings = _write_settings(opts)
+        job = prepare_write(decode_store(path), uuid, schema, mode="overwrite" if overwrite else "append", **settings)
+        return KstoreStreamWriter(job, schema, app, overwrite, settings)
+
+
+def _write_settings(opts: dict[str, str]) -> dict[str, Any]:
+    """The keywords of :func:`kstore.spark.writer.prepare_write` that the write options give
+    (the same for a batch and a streaming write)."""
+    metadata = None
+    if opts.get("metadata"):
+        try:
+            metadata = json.loads(opts["metadata"])
+        except ValueError as exc:
+            raise InvalidArgumentError(f"option metadata must be a JSON object, got {opts['metadata']!r}") from exc
+    return {
+        "partition_on": opts.get("partition_on"),
+        "secondary_indices": opts.get("secondary_indices"),
+        "metadata": metadata,
+        "metadata_format": cast(MetadataFormat | None, opts.get("metadata_format") or None),
+        "table_name": opts.get("table") or DEFAULT_TABLE,
+        "schema_mode": _schema_mode(opts),
+        "chunk_bytes": int(opts.get("chunk_bytes") or DEFAULT_CHUNK_BYTES),
+        "write_options": WriteOptions.from_text(opts),
+    }
+
+
+#: the options of a streaming write (``df.writeStream``) besides the write options
+STREAM_WRITE_OPTIONS = ("checkpointLocation", "queryName", "txnAppId")
+#: write options that do not apply to a stream (each micro-batch appends, or replaces all)
+_NOT_STREAMED = ("txn", "write_mode", "replaceWhere", "partitionOverwriteMode")
 
 _WRITE_MODES = ("error", "append", "overwrite", "overwrite_partitions", "ignore")
 

@@ -68,6 +68,10 @@ READ_OPTIONS = ("path", "store", "dataset_uuid", "version", "as_of", "columns", 
                 "partition_bytes", "min_partitions",
                 # Delta's change data feed (:func:`resolve_changes`)
                 "readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
+#: the options of a stream of the dataset's rows (``spark.readStream`` without ``readChangeFeed``)
+STREAM_READ_OPTIONS = ("skipChangeCommits",)
+#: the change-feed options a stream of the dataset's rows takes too (where it starts)
+STREAM_START_OPTIONS = ("startingVersion", "startingTimestamp")
 #: the read options of the change feed (the others, but the store's and the dataset's, do not apply)
 CHANGE_FEED_OPTIONS = ("readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
 #: Write options of the ``kstore`` data source.
@@ -306,12 +310,15 @@ class ChangeSource:
     spark_schema: StructType
 
 
-def wants_changes(options: Mapping[str, str]) -> bool:
-    """Whether the read options ask for the change feed (Delta's ``readChangeFeed=true``)."""
+def wants_changes(options: Mapping[str, str], *, stream: bool = False) -> bool:
+    """Whether the read options ask for the change feed (Delta's ``readChangeFeed=true``).
+    A stream (``spark.readStream``) of the dataset's rows takes ``startingVersion`` /
+    ``startingTimestamp`` without it (:func:`resolve_appends`)."""
     opts = {k.lower(): v for k, v in options.items()}
     raw = opts.get("readchangefeed")
     if raw is None:
-        if any(k.lower() in opts for k in CHANGE_FEED_OPTIONS):
+        allowed = {o.lower() for o in STREAM_START_OPTIONS} if stream else set()
+        if any(k.lower() in opts and k.lower() not in allowed for k in CHANGE_FEED_OPTIONS):
             raise InvalidArgumentError("the options startingVersion / endingVersion / startingTimestamp / "
                                        "endingTimestamp read the change feed: add readChangeFeed=true")
         return False
@@ -342,7 +349,7 @@ def resolve_changes(options: Mapping[str, str]) -> ChangeSource:
     (columns only older versions had are left out) and ``_change_type``,
     ``_commit_version``, ``_commit_timestamp``."""
     from kstore.blocks.changes import plan_changes
-    from kstore.blocks.history import history, version_as_of
+    from kstore.blocks.history import version_as_of
     from kstore.spark.writer import spark_store_factory
 
     options = check_options(options, READ_OPTIONS, "read")
@@ -356,13 +363,7 @@ def resolve_changes(options: Mapping[str, str]) -> ChangeSource:
     for a, b in (("startingVersion", "startingTimestamp"), ("endingVersion", "endingTimestamp")):
         if a in options and b in options:
             raise InvalidArgumentError(f"pass the option {a} or {b}, not both")
-    start = _version_option(options, "startingVersion")
-    if "startingTimestamp" in options:
-        since = _parse_as_of(options["startingTimestamp"])
-        later = [e.version for e in history(st, uuid) if e.timestamp >= since]
-        if not later:
-            raise InvalidArgumentError(f"dataset {uuid!r} has no version committed at or after {since.isoformat()}")
-        start = later[0]
+    start = _starting_version(st, uuid, options)
     if start is None:
         raise InvalidArgumentError("readChangeFeed=true needs the option startingVersion or startingTimestamp")
     end = _version_option(options, "endingVersion")
@@ -370,6 +371,101 @@ def resolve_changes(options: Mapping[str, str]) -> ChangeSource:
         end = version_as_of(st, uuid, _parse_as_of(options["endingTimestamp"]))
     changes = plan_changes(st, uuid, start, end)
     return ChangeSource(factory, changes, spark_schema(changes.schema))
+
+
+def _starting_version(st: Store, uuid: str, options: Mapping[str, str]) -> int | None:
+    """``startingVersion``, or the first version committed at or after ``startingTimestamp``."""
+    from kstore.blocks.history import history
+
+    start = _version_option(options, "startingVersion")
+    if "startingTimestamp" in options:
+        since = _parse_as_of(options["startingTimestamp"])
+        later = [e.version for e in history(st, uuid) if e.timestamp >= since]
+        if not later:
+            raise InvalidArgumentError(f"dataset {uuid!r} has no version committed at or after {since.isoformat()}")
+        start = later[0]
+    return start
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return False
+    flag = raw.strip().lower()
+    if flag not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be 'true' or 'false', got {raw!r}")
+    return flag == "true"
+
+
+@dataclass(frozen=True)
+class AppendSource:
+    """What a stream of a dataset's new rows needs (``spark.readStream`` without
+    ``readChangeFeed``; picklable, resolved on the driver): the versions come from the
+    change feed (:class:`ChangeSource`, whose ``spark_schema`` here is the data columns
+    only), restricted to the ones that only added rows
+    (:func:`kstore.blocks.changes.appends_only`). ``snapshot``: the stream starts with
+    every row of the version current at its first micro-batch (no ``startingVersion``).
+    ``options``: the options that name the dataset (to read that snapshot)."""
+
+    changes: ChangeSource
+    snapshot: bool
+    skip_change_commits: bool
+    options: tuple[tuple[str, str], ...]
+
+
+def resolve_appends(options: Mapping[str, str]) -> AppendSource:
+    """Resolve ``spark.readStream.format("kstore")`` without ``readChangeFeed``: Delta's
+    streaming source. With ``startingVersion`` (or ``startingTimestamp``) the stream reads
+    the rows each version from there on added; without, it first reads every row of the
+    dataset as it is then, and then each new version's rows. Only versions that added rows
+    may follow (``skipChangeCommits=true`` skips the others). The stream's columns are the
+    newest version's when it starts; a later schema change stops it (restart the stream)."""
+    from kstore.blocks.changes import CHANGE_COLUMNS, plan_changes
+    from kstore.blocks.load import load_latest
+    from kstore.errors import DatasetNotFoundError
+    from kstore.spark.writer import spark_store_factory
+
+    options = check_options(options, READ_OPTIONS + STREAM_READ_OPTIONS, "read")
+    ignored = [k for k in ("version", "as_of", "columns", "predicates", "endingVersion", "endingTimestamp")
+               if k in options]
+    if ignored:
+        raise InvalidArgumentError(f"options {ignored} do not apply to a stream (spark.readStream): it reads each new "
+                                   "version from startingVersion / startingTimestamp (default: the newest) on; "
+                                   "select and filter after load()")
+    if "startingVersion" in options and "startingTimestamp" in options:
+        raise InvalidArgumentError("pass the option startingVersion or startingTimestamp, not both")
+    path, uuid = store_and_dataset(options, "load")
+    factory = spark_store_factory(decode_store(path))
+    st = open_store(factory)
+    newest, _ = load_latest(st, uuid)
+    if newest is None:
+        raise DatasetNotFoundError(f"dataset {uuid!r} does not exist: a stream reads an existing dataset "
+                                   "(its columns are the stream's)")
+    start = _starting_version(st, uuid, options)
+    skip = _flag(options, "skipChangeCommits")
+    first = newest.version if start is None else start
+    changes = plan_changes(st, uuid, first if first is not None else 0, newest.version)
+    data = pa.schema([f for f in changes.schema if f.name not in CHANGE_COLUMNS])
+    hint = schema_hint(newest.metadata)
+    naming = tuple((k, v) for k, v in options.items() if k in ("path", "store", "dataset_uuid", "table",
+                                                                "partition_bytes", "min_partitions"))
+    return AppendSource(ChangeSource(factory, changes, spark_schema(data, hint=hint)), start is None, skip, naming)
+
+
+def snapshot_source(source: AppendSource, version: int) -> ReadSource:
+    """The first micro-batch of a stream without ``startingVersion``: a read of every row
+    of ``version`` in the stream's columns (a schema change since the stream started is an
+    :class:`InvalidArgumentError` asking for a restart)."""
+    from kstore.blocks.changes import CHANGE_COLUMNS
+
+    snap = resolve_source({**dict(source.options), "version": str(version)})
+    fixed = pa.schema([pa.field(f.name, f.type) for f in source.changes.changes.schema if f.name not in CHANGE_COLUMNS])
+    now = pa.schema([pa.field(f.name, f.type) for f in snap.schema])
+    if not now.equals(fixed):
+        raise InvalidArgumentError(
+            f"dataset {snap.dataset_uuid!r}: its schema changed by version {version} after this stream started "
+            f"(columns {now.names}, the stream's {fixed.names}, or a type widened); restart the stream")
+    return replace(snap, spark_schema=source.changes.spark_schema)
 
 
 def newest_change_version(source: ChangeSource) -> int:

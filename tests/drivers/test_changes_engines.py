@@ -187,9 +187,9 @@ def test_spark_streams_the_change_feed_incrementally(spark, tmp_path):
 def test_spark_stream_options_are_checked(spark, tmp_path):
     url = str(tmp_path / "store")
     kstore.store_dataset(url, "ev", pd.DataFrame({"id": [1]}))
-    with pytest.raises(Exception, match="reads its change feed"):
-        (spark.readStream.format("kstore").option("dataset_uuid", "ev").load(url).writeStream
-         .foreachBatch(lambda df, i: None).option("checkpointLocation", str(tmp_path / "ck0"))
+    with pytest.raises(Exception, match="do not apply to a stream"):
+        (spark.readStream.format("kstore").option("dataset_uuid", "ev").option("versionAsOf", 0).load(url)
+         .writeStream.foreachBatch(lambda df, i: None).option("checkpointLocation", str(tmp_path / "ck0"))
          .trigger(availableNow=True).start().awaitTermination())
     with pytest.raises(Exception, match="has no end"):
         _stream_once(spark, url, "ev", str(tmp_path / "ck"), startingVersion=0, endingVersion=0)

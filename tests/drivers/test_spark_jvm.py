@@ -162,3 +162,27 @@ def test_jvm_catalog_tables_and_spark_file_insert_refused(results):
         assert "IllegalArgumentException: kstore.errors.InvalidArgumentError: INSERT INTO" in r[name], r[name]
     assert r["files_unchanged"] and r["rows_after"] == r["want"]
     assert r["managed"] == 2 and r["managed_after_append"] == r["managed_kstore_rows"] == 4  # saveAsTable
+
+
+def test_jvm_stream_sink_commits_each_micro_batch_once(results):
+    """``writeStream.format("kstore").partitionBy("day")`` on the JVM source: each micro-batch one
+    commit under (query id, batch id); a micro-batch run again commits nothing; complete mode
+    replaces the dataset."""
+    r = _ok(results, "stream_sink")
+    assert r["ids"] == list(range(16))  # every row once, also after batch 1 ran twice
+    assert r["versions"] == 2 and [t[1] for t in r["txns"]] == [0, 1]
+    assert r["txns"][0][0] == r["txns"][1][0] and r["txns"][0][0].startswith("spark-stream:")
+    assert r["partition_keys"] == ["day"]
+    assert r["counts"] == [["d0", 8], ["d1", 8]]
+
+
+def test_jvm_stream_source_reads_the_dataset_then_each_append(results):
+    """``readStream.format("kstore")`` on the JVM source: the dataset's rows, then only new
+    versions' rows (a compaction repeats none); ``startingVersion``; a version that changed rows
+    stops the stream, naming ``skipChangeCommits``, which skips it."""
+    r = _ok(results, "stream_source")
+    assert r["first"] == [1, 2, 3] and r["second"] == [4, 5] and r["batches_disjoint"]
+    assert r["from_one"] == [3, 4, 5]
+    assert r["stopped"].startswith("kstore.errors.InvalidArgumentError") and "skipChangeCommits" in r["stopped"]
+    assert r["skipped"] == [6]
+    assert r["feed"] == r["feed_expected"] and len(r["feed"]) > 6  # readChangeFeed streams on the JVM too

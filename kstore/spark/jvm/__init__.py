@@ -242,7 +242,17 @@ class Planner:
 
         request = json.loads(request_json)
         options = dict(request["options"])
+        stream_txn = options.pop("__stream_txn", None)  # a micro-batch of the JVM stream sink
         given = {k.lower(): k for k in options}
+        if stream_txn is not None:
+            from kstore.spark.datasource import _NOT_STREAMED
+
+            bad = [o for o in _NOT_STREAMED if o.lower() in given]
+            if bad:
+                raise InvalidArgumentError(f"options {bad} do not apply to a streaming write: each micro-batch "
+                                           "appends (append output mode) or replaces the dataset (complete mode), "
+                                           "once, under the transaction (txnAppId or the query id, batch id)")
+            options["txn"] = stream_txn
         self._check_local(options)  # before writing: the relation Spark gets back must open it
         partition_by = json.loads(request["partition_by"]) if request.get("partition_by") else None
         if partition_by:
@@ -262,6 +272,22 @@ class Planner:
             options["partitionOverwriteMode"] = "dynamic"
         DataFrame(jdf, self._spark).write.format(PYTHON_SOURCE_NAME).mode(spark_mode).options(**options).save()
         return spark_mode
+
+    def latest(self, options_json: str) -> str:
+        """The newest version of the dataset the options name, ``{"version": v}``: the offset
+        of kstore-spark.jar's stream source (one listing of the log and the main file)."""
+        from kstore.blocks.load import load_head
+        from kstore.errors import DatasetNotFoundError
+        from kstore.io.store import open_store
+        from kstore.spark.reader import decode_store, store_and_dataset
+        from kstore.spark.writer import spark_store_factory
+
+        options = {k.lower(): v for k, v in json.loads(options_json).items()}
+        path, uuid = store_and_dataset(options, "load")
+        head = load_head(open_store(spark_store_factory(decode_store(path))), uuid)
+        if head.meta is None or head.version is None:
+            raise DatasetNotFoundError(f"dataset {uuid!r} does not exist (or was deleted while the stream ran)")
+        return json.dumps({"version": head.version})
 
     @staticmethod
     def _check_local(options: dict[str, str]) -> None:

@@ -1,5 +1,6 @@
 package io.kstore.spark;
 
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -17,6 +18,11 @@ import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.RelationProvider;
+import org.apache.spark.sql.sources.StreamSinkProvider;
+import org.apache.spark.sql.sources.StreamSourceProvider;
+import org.apache.spark.sql.execution.streaming.Source;
+import org.apache.spark.sql.execution.streaming.Sink;
+import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -28,7 +34,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * The {@code kstore} data source on the JVM: a HadoopFsRelation over the files of one pinned
  * kstore version (Spark's own Parquet scan), planned by kstore's Python planner through py4j.
  */
-public class DefaultSource implements DataSourceRegister, RelationProvider, CreatableRelationProvider {
+public class DefaultSource implements DataSourceRegister, RelationProvider, CreatableRelationProvider,
+        StreamSinkProvider, StreamSourceProvider {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     @Override
@@ -66,6 +73,35 @@ public class DefaultSource implements DataSourceRegister, RelationProvider, Crea
         } catch (java.io.IOException exc) {
             throw new RuntimeException("kstore: bad JSON from the Python planner", exc);
         }
+    }
+
+    /** {@code df.writeStream.format("kstore")}: one exactly-once kstore commit per micro-batch. */
+    @Override
+    public Sink createSink(SQLContext sqlContext, scala.collection.immutable.Map<String, String> params,
+                           scala.collection.immutable.Seq<String> partitionColumns, OutputMode outputMode) {
+        return new KstoreSink(javaOptions(params), new ArrayList<>(CollectionConverters.asJava(partitionColumns)),
+            outputMode);
+    }
+
+    /** {@code spark.readStream.format("kstore")}: the stream's columns (the newest version's). */
+    @Override
+    public scala.Tuple2<String, StructType> sourceSchema(SQLContext sqlContext, Option<StructType> schema,
+                                                         String providerName,
+                                                         scala.collection.immutable.Map<String, String> params) {
+        StructType resolved = KstoreStreamSource.pythonReader(sqlContext, javaOptions(params)).load().schema();
+        if (schema.isDefined() && !schema.get().equals(resolved)) {
+            throw new IllegalArgumentException("kstore.errors.InvalidArgumentError: a kstore stream has the dataset's "
+                + "columns (" + resolved.simpleString() + "); select columns after load()");
+        }
+        return new scala.Tuple2<>(shortName(), resolved);
+    }
+
+    @Override
+    public Source createSource(SQLContext sqlContext, String metadataPath, Option<StructType> schema,
+                               String providerName, scala.collection.immutable.Map<String, String> params) {
+        StructType resolved = schema.isDefined() ? schema.get()
+            : sourceSchema(sqlContext, schema, providerName, params)._2();
+        return new KstoreStreamSource(sqlContext, javaOptions(params), resolved);
     }
 
     @Override

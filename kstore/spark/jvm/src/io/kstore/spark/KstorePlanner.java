@@ -14,4 +14,7 @@ public interface KstorePlanner {
 
     /** Write a DataFrame (a Java Dataset handed over to PySpark) with kstore's Spark writer. */
     String write(Object dataset, String requestJson);
+
+    /** The newest version of the dataset a stream reads ({"version": v}): the stream source's offset. */
+    String latest(String optionsJson);
 }
