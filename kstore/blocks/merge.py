@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from kstore.blocks import load
 from kstore.blocks.commit import owning_files
 from kstore.blocks.mutate import RewritePlan, commit_rewrite, on_newest, plan_rewrite, rewrite_file
-from kstore.blocks.write import WrittenFile, delete_by_token, table_schema, to_arrow, write_partitions
+from kstore.blocks.write import WrittenFile, table_schema, to_arrow, write_partitions
 from kstore.core import runtime
 from kstore.core.commit_options import CommitOptions
 from kstore.core.metadata import DatasetMetadata
@@ -398,22 +398,13 @@ def distributed_merge(store: Store, dataset_uuid: str, source: Any, request: Mer
     deleted (:func:`~kstore.blocks.write.delete_by_token`) and nothing is committed. Then
     :func:`commit_merge`, owning every file written (deleted if the commit fails). A
     transaction committed before: nothing runs."""
-    import uuid as _uuid
-
-    from kstore.blocks.mutate import base_version
+    from kstore.blocks.mutate import base_version, run_tagged
 
     base = base_version(store, dataset_uuid, None)
     job = plan_merge(store, dataset_uuid, to_arrow(source, dataset=dataset_uuid), request, base)
     if txn_committed(base, options.txn):
         return MergeResult(base)  # committed before: nothing to do
-    token = _uuid.uuid4().hex[:8]
-    rp = job.rewrite
-    try:
-        got = dict(run(job, token)) if rp.tasks else {}
-    except BaseException:
-        delete_by_token(store, rp.dataset_uuid, rp.layout.table_name, token)
-        raise
-    outcomes = [got[i] for i in range(len(rp.tasks))]
+    outcomes = run_tagged(store, job.rewrite, lambda token: run(job, token))
     owned = [f for out, _ in outcomes for f in (out or ())]
     return _owning(store, owned, lambda: commit_merge(store, job, outcomes, options, owned))
 

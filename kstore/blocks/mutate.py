@@ -87,7 +87,7 @@ log = logging.getLogger("kstore.write")
 
 __all__ = ["build_indices", "drop_indices", "delete_rows", "update_rows", "UpdateResult", "rewrite_rows", "RowRewrite",
            "Rewritten", "RewritePlan", "plan_rewrite", "rewrite_file", "commit_rewrite", "FileChange",
-           "on_newest", "set_values", "base_version"]
+           "on_newest", "set_values", "base_version", "run_tagged"]
 
 
 def base_version(store: Store, dataset_uuid: str, base: DatasetMetadata | None) -> DatasetMetadata:
@@ -560,10 +560,6 @@ def distributed_rows(store: Store, dataset_uuid: str, predicates: Predicates, va
     tagged with the token is deleted and nothing is committed. Then the ONE commit
     (:func:`commit_rewrite`), owning every file written. A transaction committed before:
     nothing runs. ``updated`` counts the rows deleted for a delete."""
-    import uuid as _uuid
-
-    from kstore.blocks.write import delete_by_token
-
     base = base_version(store, dataset_uuid, None)
     schema = load.load_schema(store, base)
     what = "delete_rows" if values is None else "update_rows"
@@ -575,14 +571,8 @@ def distributed_rows(store: Store, dataset_uuid: str, predicates: Predicates, va
     kind = DeleteRows if values is None else UpdateRows
     job = RowsJob(base, plan_rewrite(store, dataset_uuid, base, schema, predicates, kind),
                   RowsFile(expr, tuple(scalars.items())))
-    token = _uuid.uuid4().hex[:8]
     rp = job.rewrite
-    try:
-        got = dict(run(job, token)) if rp.tasks else {}
-    except BaseException:
-        delete_by_token(store, dataset_uuid, rp.layout.table_name, token)
-        raise
-    outcomes = [got[i] for i in range(len(rp.tasks))]
+    outcomes = run_tagged(store, rp, lambda token: run(job, token))
     replaced = [(t.label, out) for t, (out, _) in zip(rp.tasks, outcomes, strict=True) if out is not None]
     matched = sum(n for _, n in outcomes)
     owned = [f for _, out in replaced for f in out]
@@ -594,6 +584,25 @@ def distributed_rows(store: Store, dataset_uuid: str, predicates: Predicates, va
 
     meta = owning_files(store, owned, commit_all)
     return UpdateResult(meta, matched if meta is not base else 0, len(rp.tasks), len(replaced))
+
+
+def run_tagged(store: Store, rewrite: RewritePlan, run: Callable[[str], Sequence[tuple[int, T]]]) -> list[T]:
+    """Run an engine's tasks for every planned file of ``rewrite``: ``run(token)`` returns
+    ``(plan position, outcome)`` pairs (each task tags its files' ids with ``token``:
+    :func:`rewrite_task`); the outcomes come back in plan order. If ``run`` fails, every
+    file tagged with the token is deleted (:func:`~kstore.blocks.write.delete_by_token`)
+    before the error propagates: a failed job leaves nothing behind when it can help it."""
+    import uuid as _uuid
+
+    from kstore.blocks.write import delete_by_token
+
+    token = _uuid.uuid4().hex[:8]
+    try:
+        got = dict(run(token)) if rewrite.tasks else {}
+    except BaseException:
+        delete_by_token(store, rewrite.dataset_uuid, rewrite.layout.table_name, token)
+        raise
+    return [got[i] for i in range(len(rewrite.tasks))]
 
 
 def rewrite_task(store: Store, rewrite: RewritePlan, change: FileChange, number: int, task: ReadTask,

@@ -97,19 +97,7 @@ def file_name_for(schema: pa.Schema | None, name: str) -> str:
     file name; for a new column, its name, unless a file may hold another column under it
     (a renamed column's file name, a dropped column's), then ``<name>__kstore<n>``, the
     first not used. A pure function of the schema: every writer of a version agrees."""
-    if schema is None:
-        return name
-    i = schema.get_field_index(name)
-    if i >= 0:
-        return file_name(schema.field(i))
-    used = _used(schema)
-    if name not in used:
-        return name
-    taken = used | set(schema.names)
-    n = 1
-    while f"{name}{_FRESH}{n}" in taken:
-        n += 1
-    return f"{name}{_FRESH}{n}"
+    return ColumnNames.of(schema).file_name(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +128,8 @@ class ColumnNames:
         return bool(self.renamed or self.used)
 
     def file_name(self, name: str) -> str:
-        """:func:`file_name_for` of the version this was made of."""
+        """The file name of column ``name`` in the version this was made of (see
+        :func:`file_name_for`)."""
         for col, stored in self.renamed:
             if col == name:
                 return stored

@@ -315,10 +315,18 @@ def main(root: str, out_path: str) -> None:
          .format("kstore").outputMode("complete").option("checkpointLocation", ck + "-counts")
          .trigger(availableNow=True).start(root + "/counts").awaitTermination())
         counts = kstore.read_dataset(url, "counts").sort_values("day")
+        try:
+            (spark.readStream.schema("id BIGINT, day STRING").parquet(src).groupBy("day").count().writeStream
+             .format("kstore").outputMode("update").option("checkpointLocation", ck + "-update")
+             .trigger(availableNow=True).start(root + "/updated").awaitTermination())
+            update_mode = "accepted"
+        except Exception as exc:  # noqa: BLE001
+            update_mode = str(exc)[:300]
         return {"ids": sorted(int(i) for i in kstore.read_dataset(url, "sunk")["id"]), "txns": txns,
                 "versions": len(kstore.history(url, "sunk")),
                 "partition_keys": list(kstore.load_metadata(url, "sunk").partition_keys),
-                "counts": [[d, int(c)] for d, c in zip(counts["day"], counts["count"])]}
+                "counts": [[d, int(c)] for d, c in zip(counts["day"], counts["count"])],
+                "update_mode": update_mode, "updated_exists": os.path.exists(os.path.join(root, "updated"))}
 
     check("stream_sink", stream_sink)
 

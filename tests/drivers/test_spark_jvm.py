@@ -174,6 +174,8 @@ def test_jvm_stream_sink_commits_each_micro_batch_once(results):
     assert r["txns"][0][0] == r["txns"][1][0] and r["txns"][0][0].startswith("spark-stream:")
     assert r["partition_keys"] == ["day"]
     assert r["counts"] == [["d0", 8], ["d1", 8]]
+    assert "update" in r["update_mode"] and "complete" in r["update_mode"]  # refused, naming the modes
+    assert not r["updated_exists"]
 
 
 def test_jvm_stream_source_reads_the_dataset_then_each_append(results):

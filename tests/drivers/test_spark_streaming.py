@@ -217,3 +217,4 @@ def test_stream_sink_refuses_a_batch_after_the_dataset_was_recreated(tmp_path):
         writer.commit([message], 1)
     assert sorted(kstore.read_dataset(store, "ev")["id"]) == [9]
     assert _data_files(store, "ev") == before  # the micro-batch's files are gone
+
