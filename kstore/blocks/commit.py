@@ -627,26 +627,34 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     schema_changed = new is not None and new.schema is not None and (
         base_schema is None or not new.schema.equals(base_schema))
     main_bytes = main_file_bytes(new, fmt) if new is not None else None
+    entry_bytes = serialize.dumps(entry.to_dict(), "json")
     return _Staged(
         entry=entry,
-        entry_bytes=serialize.dumps(entry.to_dict(), "json"),
+        entry_bytes=entry_bytes,
         meta=new,
         main_bytes=main_bytes,
         fmt=fmt,
         common_bytes=common_metadata_bytes(new.schema) if (schema_changed and new is not None
                                                             and new.schema is not None) else None,
         # a head read around a damaged checkpoint: a fresh one spares later reads that
-        checkpoint=new is not None and (_wants_checkpoint(head, new, reset) or bool(head.damaged)),
+        checkpoint=new is not None and (_wants_checkpoint(head, new, reset, len(entry_bytes)) or bool(head.damaged)),
         column_indexes=built,
     )
 
 
-def _wants_checkpoint(head: Head, new: DatasetMetadata, reset: bool) -> bool:
+#: an entry larger than this (bytes) is followed by a checkpoint: replaying it would decode
+#: all of it on every read (an overwrite or append carrying millions of index values),
+#: while a checkpoint's ``idx:`` lists are decoded only for the column a predicate needs
+LARGE_ENTRY_BYTES = 1 << 20
+
+
+def _wants_checkpoint(head: Head, new: DatasetMetadata, reset: bool, entry_size: int = 0) -> bool:
     """Checkpoint every CHECKPOINT_INTERVAL versions, when the replay chain grew that long,
-    and after a large resetting entry (so readers do not decode it again)."""
+    after a large resetting entry, and after any entry over :data:`LARGE_ENTRY_BYTES` (so
+    readers do not decode it again)."""
     v = new.version or 0
     return (v % CHECKPOINT_INTERVAL == 0 or head.chain + 1 >= CHECKPOINT_INTERVAL
-            or (reset and len(new.partitions) > 1000))
+            or (reset and len(new.partitions) > 1000) or entry_size > LARGE_ENTRY_BYTES)
 
 
 def _index_columns(base: DatasetMetadata | None, op: Operation, schema: pa.Schema, uuid: str) -> list[str]:

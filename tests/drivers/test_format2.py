@@ -260,3 +260,26 @@ def test_a_dataset_with_checkpoints_of_the_earlier_layout_keeps_working(store_ur
     assert ids(store_url, "c") == want
     data_keys = {k for k in st.iter_prefix("c/table/") if k.endswith(".parquet")}
     assert data_keys == set(kstore.open_dataset(store_url, "c").plan().keys)
+
+
+def test_a_large_entry_is_followed_by_a_checkpoint(tmp_path):
+    """An overwrite carrying 300,000 index values (an entry of several MiB) is checkpointed at
+    once: the next read loads the checkpoint (its idx: lists decoded only for the column a
+    predicate needs) instead of decoding the entry; a small overwrite is not. The plans and
+    rows are those of the committed state either way."""
+    from kstore.blocks.commit import LARGE_ENTRY_BYTES
+
+    url = str(tmp_path / "s")
+    st = kstore.open_store(url)
+    small = pd.DataFrame({"p": [0, 1], "id": [1, 2]})
+    kstore.store_dataset(url, "big", small, partition_on="p", secondary_indices="id")
+    kstore.store_dataset(url, "big", small, partition_on="p", secondary_indices="id", mode="overwrite")
+    assert not st.exists(naming.checkpoint_key("big", 1))  # small: replayed
+    n = 300_000
+    big = pd.DataFrame({"p": [i % 2 for i in range(n)], "id": range(n)})
+    kstore.store_dataset(url, "big", big, partition_on="p", secondary_indices="id", mode="overwrite")
+    assert len(st.get(naming.log_key("big", 2))) > LARGE_ENTRY_BYTES
+    assert st.exists(naming.checkpoint_key("big", 2))
+    head = load.load_head(st, "big")
+    assert head.version == 2 and head.chain == 0  # from the checkpoint, no entry replayed
+    assert list(kstore.read_dataset(url, "big", predicates=[[("id", "==", 12345)]])["id"]) == [12345]
