@@ -56,7 +56,8 @@ Streams (Delta's streaming source and sink): ``spark.readStream.format("kstore")
 every row of the dataset, then each new version's added rows
 (:class:`AppendStreamReader`; ``startingVersion`` / ``startingTimestamp`` start at a
 version instead, ``skipChangeCommits=true`` skips versions that changed rows), or with
-``readChangeFeed=true`` the change feed (:class:`ChangeFeedStreamReader`).
+``readChangeFeed=true`` the change feed (:class:`ChangeFeedStreamReader`);
+``maxFilesPerTrigger`` bounds each micro-batch (whole versions).
 ``df.writeStream.format("kstore")`` commits each micro-batch once
 (:class:`KstoreStreamWriter`): the write options apply, plus ``checkpointLocation`` /
 ``txnAppId`` (the transaction's app id).
@@ -99,6 +100,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from kstore.blocks.changes import appends_only
@@ -116,6 +118,8 @@ from kstore.spark.reader import (
     check_options,
     decode_store,
     filter_to_term,
+    limited_end,
+    max_files_per_trigger,
     newest_change_version,
     plan_partitions,
     read_change_partition,
@@ -205,7 +209,7 @@ class StreamChangePartition(InputPartition):
         return f"StreamChangePartition(version {self.entry.version}: {self.entry.operation})"
 
 
-class ChangeFeedStreamReader(DataSourceStreamReader):
+class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("kstore").option("readChangeFeed", "true")``: Delta's
     streaming change data feed. The offset is the last version delivered (``{"version": v}``);
     each micro-batch reads the versions committed since, one input partition per version
@@ -214,16 +218,22 @@ class ChangeFeedStreamReader(DataSourceStreamReader):
     A version garbage collection expired before the stream read it is a
     :class:`~kstore.errors.VersionNotFoundError`, as for a batch read."""
 
-    def __init__(self, source: ChangeSource) -> None:
-        self.source = source
+    def __init__(self, source: ChangeSource, max_files: int | None = None) -> None:
+        self.source, self.max_files = source, max_files
+        self.until: int | None = None  # Trigger.AvailableNow: the newest version when the query started
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.until = newest_change_version(self.source)
 
     def initialOffset(self) -> dict[str, Any]:
         return {"version": self.source.changes.start - 1}
 
+    def getDefaultReadLimit(self) -> Any:
+        return _read_limit(self.max_files)
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        newest = newest_change_version(self.source)
         done = int(start["version"]) if start else self.source.changes.start - 1
-        return {"version": max(newest, done)}
+        return {"version": _next_end(self.source, done, limit, self.until, changes=True)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = int(start["version"]) + 1, int(end["version"])
@@ -252,7 +262,7 @@ class SnapshotPartition(InputPartition):
         return f"SnapshotPartition(version {self.source.version}: {len(self.plan.tasks)} files)"
 
 
-class AppendStreamReader(DataSourceStreamReader):
+class AppendStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("kstore")``: Delta's streaming source, the rows each new
     version added. The offset is the last version delivered (``{"version": v}``); the
     initial offset of a stream without ``startingVersion`` is ``{"version": -1,
@@ -263,18 +273,27 @@ class AppendStreamReader(DataSourceStreamReader):
     a version that changed or removed rows stops the stream with an
     :class:`~kstore.errors.InvalidArgumentError` unless ``skipChangeCommits=true``."""
 
-    def __init__(self, source: AppendSource) -> None:
-        self.source = source
+    def __init__(self, source: AppendSource, max_files: int | None = None) -> None:
+        self.source, self.max_files = source, max_files
+        self.until: int | None = None  # Trigger.AvailableNow: the newest version when the query started
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.until = newest_change_version(self.source.changes)
 
     def initialOffset(self) -> dict[str, Any]:
         if self.source.snapshot:
             return {"version": -1, "snapshot": True}
         return {"version": self.source.changes.changes.start - 1}
 
+    def getDefaultReadLimit(self) -> Any:
+        return _read_limit(self.max_files)
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        newest = newest_change_version(self.source.changes)
+        if start is None or start.get("snapshot"):  # the first micro-batch: the whole dataset
+            limit = None
         done = int(start["version"]) if start else self.source.changes.changes.start - 1
-        return {"version": max(newest, done)}
+        return {"version": _next_end(self.source.changes, done, limit, self.until, changes=False)}
+
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         last = int(end["version"])
@@ -298,6 +317,27 @@ class AppendStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
+
+
+def _read_limit(max_files: int | None) -> Any:
+    """Spark's read limit of a stream: ``maxFilesPerTrigger`` files, else everything."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+    return ReadMaxFiles(max_files) if max_files else ReadAllAvailable()
+
+
+def _next_end(source: ChangeSource, done: int, limit: Any, until: int | None, *, changes: bool) -> int:
+    """The end version of a stream's next micro-batch after version ``done``: the newest
+    (no later than ``until``, the newest when an ``availableNow`` query started), or fewer
+    versions under a ``ReadMaxFiles`` limit (:func:`kstore.spark.reader.limited_end`)."""
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    newest = newest_change_version(source) if until is None else until
+    newest = max(newest, done)
+    if isinstance(limit, ReadMaxFiles) and newest > done:
+        return limited_end(source.store(), source.changes.dataset_uuid, done, newest, int(limit.max_files),
+                           changes=changes)
+    return newest
 
 
 class _MicroBatchReader(DataSourceReader):
@@ -561,7 +601,7 @@ class KstoreDataSource(DataSource):
             opts["startingVersion"] = str(int(start["version"]) + 1)
         stream: DataSourceStreamReader
         if wants_changes(opts, stream=True):
-            stream = ChangeFeedStreamReader(resolve_changes(opts))
+            stream = ChangeFeedStreamReader(resolve_changes(opts))  # (the JVM source applies the limit)
             schema = stream.source.spark_schema
         else:
             appends = resolve_appends(opts)
@@ -740,7 +780,7 @@ class KstoreDataSource(DataSource):
             if schema is not None and schema.fieldNames() != appends.changes.spark_schema.fieldNames():
                 raise InvalidArgumentError(f"dataset {appends.changes.changes.dataset_uuid!r}: a stream has the "
                                            "dataset's columns; select columns after load()")
-            return AppendStreamReader(appends)
+            return AppendStreamReader(appends, max_files_per_trigger(self.options))
         if any(k.lower() in ("endingversion", "endingtimestamp") for k in self.options):
             raise InvalidArgumentError("a change-feed stream has no end: endingVersion / endingTimestamp apply to "
                                        "batch reads (spark.read)")
@@ -749,7 +789,7 @@ class KstoreDataSource(DataSource):
         if schema is not None and schema.fieldNames() != source.spark_schema.fieldNames():
             raise InvalidArgumentError(f"dataset {source.changes.dataset_uuid!r}: a change-feed stream has the "
                                        "schema of the dataset's change feed; select columns after load()")
-        return ChangeFeedStreamReader(source)
+        return ChangeFeedStreamReader(source, max_files_per_trigger(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         """The writer of one ``df.write.format("kstore")...save(path)``: every check that

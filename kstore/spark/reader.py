@@ -66,6 +66,8 @@ BATCH_ROWS = 65_536
 #: Read options of the ``kstore`` data source (see :mod:`kstore.spark.datasource`).
 READ_OPTIONS = ("path", "store", "dataset_uuid", "version", "as_of", "columns", "predicates", "table",
                 "partition_bytes", "min_partitions",
+                # a stream's rate limit (Delta's; a batch read, which reads one range, ignores it)
+                "maxFilesPerTrigger",
                 # Delta's change data feed (:func:`resolve_changes`)
                 "readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
 #: the options of a stream of the dataset's rows (``spark.readStream`` without ``readChangeFeed``)
@@ -466,6 +468,53 @@ def snapshot_source(source: AppendSource, version: int) -> ReadSource:
             f"dataset {snap.dataset_uuid!r}: its schema changed by version {version} after this stream started "
             f"(columns {now.names}, the stream's {fixed.names}, or a type widened); restart the stream")
     return replace(snap, spark_schema=source.changes.spark_schema)
+
+
+def max_files_per_trigger(options: Mapping[str, str]) -> int | None:
+    """The ``maxFilesPerTrigger`` option (Delta's rate limit of a stream), or None."""
+    raw = next((v for k, v in options.items() if k.lower() == "maxfilespertrigger"), None)
+    if raw is None:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise InvalidArgumentError(f"option maxFilesPerTrigger must be a positive number of files, got {raw!r}")
+    return n
+
+
+def limited_end(st: Store, dataset_uuid: str, done: int, newest: int, max_files: int, *, changes: bool) -> int:
+    """The last version of the next micro-batch of a stream that delivered versions up to
+    ``done``, under Delta's ``maxFilesPerTrigger``: versions ``done + 1 ..`` are taken while
+    the files they make the batch read stay within ``max_files``, and at least one (a
+    version's files are never split). A stream of appended rows reads the files an append
+    or create added (other versions read none or stop the stream); a change-feed stream
+    the files each version added and removed. Reads one log entry per version taken.
+
+    >>> import pandas as pd, kstore
+    >>> from kstore.io.memory import MemoryStore
+    >>> st = MemoryStore()
+    >>> for day in "abcd":
+    ...     _ = kstore.store_dataset(st, "d", pd.DataFrame({"day": [day, day + "2"], "x": [1, 2]}),
+    ...                              partition_on="day", mode="error" if day == "a" else "append")
+    >>> [limited_end(st, "d", -1, 3, n, changes=False) for n in (1, 2, 3, 4, 100)]
+    [0, 0, 0, 1, 3]
+    """
+    from kstore.blocks.changes import APPEND_ONLY, NO_ROW_CHANGES
+    from kstore.blocks.load import load_entry
+
+    total = 0
+    for v in range(done + 1, newest + 1):
+        entry = load_entry(st, dataset_uuid, v)
+        if changes:
+            n = 0 if entry.operation in NO_ROW_CHANGES else len(entry.added) + len(entry.removed)
+        else:
+            n = len(entry.added) if entry.operation in APPEND_ONLY else 0
+        if total and n and total + n > max_files:  # (a version that reads no file rides along)
+            return v - 1
+        total += n
+    return newest
 
 
 def newest_change_version(source: ChangeSource) -> int:

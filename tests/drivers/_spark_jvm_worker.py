@@ -354,6 +354,7 @@ def main(root: str, out_path: str) -> None:
         kstore.compact(url, "sv")
         second = run("sv-ck")
         from_one = run("sv-ck1", startingVersion=1)
+        limited = run("sv-lim", startingVersion=0, maxFilesPerTrigger=1)  # v0 (2 files), v1, v2 + compaction
         kstore.delete_rows(url, "sv", [[("id", "==", 1)]])
         kstore.update_dataset(url, "sv", pd.DataFrame({"id": [6], "day": ["a"]}))
         try:
@@ -363,7 +364,8 @@ def main(root: str, out_path: str) -> None:
             stopped = str(exc)
         skipped = run("sv-ck", skipChangeCommits="true")
         feed = run("sv-cdf", readChangeFeed="true", startingVersion=0)  # the change feed streams too
-        return {"feed": sorted(r[1] for r in feed),
+        return {"feed": sorted(r[1] for r in feed), "limited": sorted(r[1] for r in limited),
+                "limited_batches": len({r[0] for r in limited}),
                 "feed_expected": sorted(int(i) for i in kstore.read_changes(url, "sv", 0)["id"]),"first": sorted(r[1] for r in first), "second": sorted(r[1] for r in second),
                 "batches_disjoint": not {r[0] for r in first} & {r[0] for r in second},
                 "from_one": sorted(r[1] for r in from_one),

@@ -185,6 +185,7 @@ def test_jvm_stream_source_reads_the_dataset_then_each_append(results):
     r = _ok(results, "stream_source")
     assert r["first"] == [1, 2, 3] and r["second"] == [4, 5] and r["batches_disjoint"]
     assert r["from_one"] == [3, 4, 5]
+    assert r["limited"] == [1, 2, 3, 4, 5] and r["limited_batches"] == 3  # maxFilesPerTrigger=1: a version each
     assert r["stopped"].startswith("kstore.errors.InvalidArgumentError") and "skipChangeCommits" in r["stopped"]
     assert r["skipped"] == [6]
     assert r["feed"] == r["feed_expected"] and len(r["feed"]) > 6  # readChangeFeed streams on the JVM too

@@ -218,3 +218,29 @@ def test_stream_sink_refuses_a_batch_after_the_dataset_was_recreated(tmp_path):
     assert sorted(kstore.read_dataset(store, "ev")["id"]) == [9]
     assert _data_files(store, "ev") == before  # the micro-batch's files are gone
 
+
+
+def test_stream_source_max_files_per_trigger(spark, tmp_path):
+    """Delta's ``maxFilesPerTrigger``: each micro-batch takes whole versions while their added
+    files stay within the limit (at least one version); every row still arrives once. The
+    first micro-batch of a stream without ``startingVersion`` is the whole dataset."""
+    store = str(tmp_path / "store")
+    for v in range(5):  # 5 versions of 2 files each (two days)
+        kstore.store_dataset(store, "ev", pd.DataFrame({"id": [2 * v, 2 * v + 1], "day": ["a", "b"]}),
+                             partition_on="day", mode="error" if v == 0 else "append")
+    by_batch = {}
+    for r in _read_stream(spark, store, "ev", tmp_path / "ck3", startingVersion=0, maxFilesPerTrigger=3):
+        by_batch.setdefault(r[0], []).append(r[1])
+    assert sorted(sorted(ids) for ids in by_batch.values()) == [[2 * v, 2 * v + 1] for v in range(5)]  # a version each
+    by_batch = {}
+    for r in _read_stream(spark, store, "ev", tmp_path / "ck4", startingVersion=1, maxFilesPerTrigger=4):
+        by_batch.setdefault(r[0], []).append(r[1])
+    assert sorted(sorted(ids) for ids in by_batch.values()) == [[2, 3, 4, 5], [6, 7, 8, 9]]  # two versions each
+    first = _read_stream(spark, store, "ev", tmp_path / "ck5", maxFilesPerTrigger=1)
+    assert sorted(r[1] for r in first) == list(range(10)) and len({r[0] for r in first}) == 1
+    kstore.update_dataset(store, "ev", pd.DataFrame({"id": [10, 11], "day": ["a", "b"]}))
+    kstore.update_dataset(store, "ev", pd.DataFrame({"id": [12], "day": ["a"]}))
+    later = _read_stream(spark, store, "ev", tmp_path / "ck5", maxFilesPerTrigger=1)
+    assert sorted(r[1] for r in later) == [10, 11, 12] and len({r[0] for r in later}) == 2
+    with pytest.raises(Exception, match="maxFilesPerTrigger must be a positive"):
+        _read_stream(spark, store, "ev", tmp_path / "ck6", maxFilesPerTrigger=0)

@@ -274,20 +274,46 @@ class Planner:
         return spark_mode
 
     def latest(self, options_json: str) -> str:
-        """The newest version of the dataset the options name, ``{"version": v}``: the offset
-        of kstore-spark.jar's stream source (one listing of the log and the main file)."""
+        """The end offset of the next micro-batch of kstore-spark.jar's stream source,
+        ``{"version": v}``: the newest version of the dataset the options name (one listing
+        of the log and the main file), or fewer versions under ``maxFilesPerTrigger`` when
+        the source passes ``__max_files`` and the micro-batch's start (``__start``: the last
+        offset delivered; absent: the stream's first micro-batch, which reads the whole
+        dataset unless a starting version is given) — :func:`kstore.spark.reader.limited_end`;
+        never past ``__until`` (an ``availableNow`` query's end, fixed when it started)."""
         from kstore.blocks.load import load_head
         from kstore.errors import DatasetNotFoundError
         from kstore.io.store import open_store
-        from kstore.spark.reader import decode_store, store_and_dataset
+        from kstore.spark.reader import (
+            STREAM_START_OPTIONS,
+            _starting_version,
+            decode_store,
+            limited_end,
+            store_and_dataset,
+            wants_changes,
+        )
         from kstore.spark.writer import spark_store_factory
 
-        options = {k.lower(): v for k, v in json.loads(options_json).items()}
+        raw = json.loads(options_json)
+        start, max_files, until = raw.pop("__start", None), raw.pop("__max_files", None), raw.pop("__until", None)
+        options = {k.lower(): v for k, v in raw.items()}
         path, uuid = store_and_dataset(options, "load")
-        head = load_head(open_store(spark_store_factory(decode_store(path))), uuid)
+        st = open_store(spark_store_factory(decode_store(path)))
+        head = load_head(st, uuid)
         if head.meta is None or head.version is None:
             raise DatasetNotFoundError(f"dataset {uuid!r} does not exist (or was deleted while the stream ran)")
-        return json.dumps({"version": head.version})
+        newest = head.version if until is None else min(head.version, int(json.loads(until)["version"]))
+        if max_files:
+            if start is not None:
+                done: int | None = int(json.loads(start)["version"])
+            else:
+                first = _starting_version(st, uuid, {name: options[name.lower()] for name in STREAM_START_OPTIONS
+                                                     if name.lower() in options})
+                done = None if first is None else first - 1  # None: the first batch is the whole dataset
+            if done is not None and newest > done:
+                newest = limited_end(st, uuid, done, newest, int(max_files),
+                                     changes=wants_changes(options, stream=True))
+        return json.dumps({"version": newest})
 
     @staticmethod
     def _check_local(options: dict[str, str]) -> None:

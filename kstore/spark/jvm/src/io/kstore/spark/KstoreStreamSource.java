@@ -12,6 +12,10 @@ import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.classic.ClassicConversions$;
 import org.apache.spark.sql.execution.streaming.Offset;
 import org.apache.spark.sql.execution.streaming.Source;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxFiles;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 
 import scala.Option;
@@ -26,7 +30,7 @@ import scala.Option;
  * reach Spark as a streaming Dataset in the schema the stream started with (a schema change
  * stops the stream, asking for a restart).
  */
-final class KstoreStreamSource implements Source {
+final class KstoreStreamSource implements Source, SupportsAdmissionControl, SupportsTriggerAvailableNow {
     private static final ObjectMapper JSON = new ObjectMapper();
     /** The name the Python source is registered under beside the JVM source (kstore.spark.register). */
     static final String PYTHON_SOURCE = "kstore_python";
@@ -34,6 +38,8 @@ final class KstoreStreamSource implements Source {
     private final SQLContext context;
     private final Map<String, String> options;
     private final StructType schema;
+    /** Trigger.AvailableNow: the end offset when the query started (no micro-batch goes past it). */
+    private volatile String until;
 
     KstoreStreamSource(SQLContext context, Map<String, String> options, StructType schema) {
         this.context = context;
@@ -53,9 +59,47 @@ final class KstoreStreamSource implements Source {
 
     @Override
     public Option<Offset> getOffset() {
+        return Option.apply(latest(null, null));
+    }
+
+    /** Delta's maxFilesPerTrigger: whole versions while their files stay within it (at least one). */
+    @Override
+    public ReadLimit getDefaultReadLimit() {
+        for (Map.Entry<String, String> e : options.entrySet()) {
+            if (e.getKey().equalsIgnoreCase("maxFilesPerTrigger")) {
+                try {
+                    return ReadLimit.maxFiles(Integer.parseInt(e.getValue().strip()));
+                } catch (NumberFormatException exc) {
+                    throw new IllegalArgumentException("kstore.errors.InvalidArgumentError: option maxFilesPerTrigger "
+                        + "must be a positive number of files, got '" + e.getValue() + "'");
+                }
+            }
+        }
+        return ReadLimit.allAvailable();
+    }
+
+    @Override
+    public org.apache.spark.sql.connector.read.streaming.Offset latestOffset(
+            org.apache.spark.sql.connector.read.streaming.Offset start, ReadLimit limit) {
+        Integer maxFiles = limit instanceof ReadMaxFiles files ? files.maxFiles() : null;
+        return latest(start == null ? null : start.json(), maxFiles);
+    }
+
+    @Override
+    public void prepareForTriggerAvailableNow() {
+        until = null;
+        until = latest(null, null).json();
+    }
+
+    /** The planner's end offset for a micro-batch after {@code start} (null: the first), under {@code maxFiles}. */
+    private VersionOffset latest(String start, Integer maxFiles) {
+        Map<String, Object> request = new HashMap<>(options);
+        if (start != null) request.put("__start", start);
+        if (maxFiles != null) request.put("__max_files", maxFiles);
+        if (until != null) request.put("__until", until);
         try {
-            String text = JSON.writeValueAsString(options);
-            return Option.apply(new VersionOffset(KstoreBridge.call(p -> p.latest(text))));
+            String text = JSON.writeValueAsString(request);
+            return new VersionOffset(KstoreBridge.call(p -> p.latest(text)));
         } catch (java.io.IOException exc) {
             throw new RuntimeException(exc);
         }
