@@ -294,7 +294,6 @@ class AppendStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         done = int(start["version"]) if start else self.source.changes.changes.start - 1
         return {"version": _next_end(self.source.changes, done, limit, self.until, changes=False)}
 
-
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         last = int(end["version"])
         if start.get("snapshot"):
@@ -486,16 +485,26 @@ class KstoreStreamWriter(DataSourceStreamArrowWriter):
 
 def stream_app_id(opts: Mapping[str, str]) -> str:
     """The application id of a streaming write's transactions: the ``txnAppId`` option
-    (Delta's name), else the query's ``checkpointLocation`` option.
+    (Delta's name), else the query's ``checkpointLocation`` option, a local one as an
+    absolute path (a restart that spells the same directory otherwise, as Spark accepts,
+    keeps the id).
 
     >>> stream_app_id({"txnAppId": "orders-sink"}), stream_app_id({"checkpointLocation": "/ck/orders"})
     ('orders-sink', 'spark-stream:/ck/orders')
+    >>> stream_app_id({"checkpointLocation": "file:///ck/orders/"}), stream_app_id({"checkpointLocation": "s3a://b/ck"})
+    ('spark-stream:/ck/orders', 'spark-stream:s3a://b/ck')
     """
+    import os
+    from urllib.parse import unquote, urlparse
+
     app = (opts.get("txnAppId") or "").strip()
     if app:
         return app
     location = (opts.get("checkpointLocation") or "").strip()
     if location:
+        parsed = urlparse(location)
+        if parsed.scheme in ("", "file"):
+            location = os.path.abspath(unquote(parsed.path) if parsed.scheme else location)
         return f"spark-stream:{location}"
     raise InvalidArgumentError(
         "a streaming write to kstore commits each micro-batch exactly once under an id that outlives restarts: "
