@@ -453,29 +453,38 @@ class Snapshot:
         >>> old.count_rows()
         3
         """
-        from kstore.blocks.arrow import plan_dataset
-        from kstore.blocks.read import nan_safe
-        from kstore.core.columns import file_names
-        from kstore.core.predicates import to_expression
-        from kstore.core.types import read_schema
-
-        plan = self.plan(predicates=predicates_or_filters(predicates, filters), table=table)
-        renamed = file_names(plan.schema)
+        dataset, renamed = self._files_dataset(predicates_or_filters(predicates, filters), table)
         if renamed:
             raise InvalidArgumentError(
                 f"dataset {self.dataset_uuid!r} version {self.version}: column(s) {sorted(renamed)} are stored under "
                 f"other names in the data files ({renamed}: renamed, or added again after a drop), which a pyarrow "
-                "dataset cannot map; read with Snapshot.read_table / kstore.read_table, or Dask / Spark")
-        dataset = plan_dataset(self.store, plan)
+                "dataset cannot map; use to_duckdb / to_polars (they map the names), Snapshot.read_table / "
+                "kstore.read_table, or Dask / Spark")
+        return dataset
+
+    def _files_dataset(self, predicates: Predicates, table: str | None) -> tuple[ds.Dataset, dict[str, str]]:
+        """This version's planned files as a ``pyarrow.dataset`` with the predicate attached,
+        renamed columns under their file names (as the files hold them), and those names:
+        ``{name: file name}`` (empty for a dataset that never renamed a column)."""
+        from kstore.blocks.arrow import plan_dataset
+        from kstore.blocks.read import nan_safe
+        from kstore.core.columns import file_names, renamed_dnf
+        from kstore.core.predicates import to_expression
+        from kstore.core.types import read_schema
+
+        plan = self.plan(predicates=predicates, table=table)
+        renames = file_names(plan.schema)
+        dataset = plan_dataset(self.store, plan, in_files=True)
         if plan.predicates is None:
-            return dataset
+            return dataset, renames
         rschema = read_schema(plan.schema)
         if not nan_safe(plan.predicates, rschema):
             raise InvalidArgumentError(
                 f"dataset {self.dataset_uuid!r}: a '!=' or 'not in' predicate on a float column cannot be "
                 "attached to a pyarrow dataset exactly (Arrow prunes row groups by statistics that leave "
                 "NaN out, losing NaN rows); read with Snapshot.read_table or filter after scanning")
-        return dataset.filter(to_expression(plan.predicates, rschema))
+        in_files = pa.schema([f.with_name(renames.get(f.name, f.name)) for f in rschema])
+        return dataset.filter(to_expression(renamed_dnf(plan.predicates, renames), in_files)), renames
 
     def to_duckdb(self, table_name: str, connection: Any = None, *, predicates: Any = None, filters: Any = None,
                   table: str | None = None) -> Any:
@@ -484,7 +493,10 @@ class Snapshot:
 
         DuckDB scans the Arrow dataset lazily and pushes its projections and filters into
         it, so only this version's files are read, and only the partitions a filter on a
-        partition column can match. Needs ``pip install duckdb``.
+        partition column can match. A version with renamed columns
+        (:func:`kstore.rename_columns`) is registered under ``<table_name>__kstore_files``
+        in the files' names, and ``table_name`` is a view giving each column its name.
+        Needs ``pip install duckdb``.
 
         Parameters
         ----------
@@ -508,13 +520,27 @@ class Snapshot:
         import duckdb
 
         con = duckdb.connect() if connection is None else connection
-        con.register(table_name, self.to_pyarrow_dataset(predicates_or_filters(predicates, filters), table=table))
+        dataset, renames = self._files_dataset(predicates_or_filters(predicates, filters), table)
+        if not renames:
+            con.register(table_name, dataset)
+            return con
+        # renamed columns: the files' names, mapped back by a view (DuckDB pushes its
+        # projections and filters through it into the Arrow scan)
+        def quoted(name: str) -> str:
+            return '"' + name.replace('"', '""') + '"'
+
+        files = f"{table_name}__kstore_files"
+        con.register(files, dataset)
+        name_of = {fn: n for n, fn in renames.items()}
+        select = ", ".join(f"{quoted(fn)} AS {quoted(name_of.get(fn, fn))}" for fn in dataset.schema.names)
+        con.execute(f"CREATE OR REPLACE VIEW {quoted(table_name)} AS SELECT {select} FROM {quoted(files)}")
         return con
 
     def to_polars(self, predicates: Predicates = None, *, filters: Predicates = None, table: str | None = None) -> Any:
         """This version as a Polars ``LazyFrame`` over :meth:`to_pyarrow_dataset`.
 
-        Polars evaluates its own filters after the scan (``allow_pyarrow_filter=False``):
+        Renamed columns (:func:`kstore.rename_columns`) are read under their file names and
+        renamed in the frame. Polars evaluates its own filters after the scan (``allow_pyarrow_filter=False``):
         pushed into Arrow they would be pruned by Parquet statistics that leave NaN out and
         could lose rows. Pass ``predicates`` to skip files (partition values, indices,
         statistics) before Polars sees them. Needs ``pip install polars``.
@@ -536,8 +562,9 @@ class Snapshot:
         """
         import polars as pl
 
-        return pl.scan_pyarrow_dataset(self.to_pyarrow_dataset(predicates_or_filters(predicates, filters), table=table),
-                                       allow_pyarrow_filter=False)
+        dataset, renames = self._files_dataset(predicates_or_filters(predicates, filters), table)
+        lazy = pl.scan_pyarrow_dataset(dataset, allow_pyarrow_filter=False)
+        return lazy.rename({fn: n for n, fn in renames.items()}) if renames else lazy
 
     # -- typed operations: each is one commit built on this version -------------------------
 

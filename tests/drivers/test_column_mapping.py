@@ -275,6 +275,37 @@ def test_pyarrow_dataset_of_a_renamed_version_is_refused(renamed):
     assert kstore.open_dataset(store, UUID, version=0).to_pyarrow_dataset().count_rows() == 4
 
 
+@pytest.mark.parametrize("how", ["duckdb", "polars"])
+def test_duckdb_and_polars_map_renamed_columns(store_url, how):
+    """``to_duckdb`` (a view over the files' names) and ``to_polars`` (a rename of the scan)
+    give a renamed version the dataset's names: a swap of two columns, a column dropped and
+    added again under its old name, a predicate on a renamed column; the rows equal
+    ``read_dataset``'s."""
+    kstore.store_dataset(store_url, UUID, pd.DataFrame({"p": [1, 1, 2], "x": [10, 20, 30], "y": ["a", "b", "c"],
+                                                        "z": [1.0, 2.0, 3.0]}), partition_on="p")
+    kstore.rename_columns(store_url, UUID, {"x": "y", "y": "x"})  # swap
+    kstore.drop_columns(store_url, UUID, "z")
+    kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [2], "y": [40], "x": ["d"], "z": ["new"]}),
+                          schema_mode="merge")  # z again, another column (file name z__kstore1)
+    snap = kstore.open_dataset(store_url, UUID)
+
+    def frame(predicates=None) -> list[tuple]:
+        if how == "duckdb":
+            got = snap.to_duckdb("t", predicates=predicates).execute("SELECT * FROM t").df()
+        else:
+            got = snap.to_polars(predicates=predicates).collect().to_pandas()
+        assert list(got.columns) == ["p", "y", "x", "z"]
+        return sorted(tuple(None if pd.isna(v) else v for v in r) for r in got.itertuples(index=False, name=None))
+
+    def want(predicates=None) -> list[tuple]:
+        got = kstore.read_dataset(store_url, UUID, predicates=predicates)[["p", "y", "x", "z"]]
+        return sorted(tuple(None if pd.isna(v) else v for v in r) for r in got.itertuples(index=False, name=None))
+
+    assert frame() == want() and len(want()) == 4 and (2, 40, "d", "new") in want()
+    for pred in ([[("y", ">", 15)]], [[("x", "==", "b")]], [[("z", "==", "new")]]):
+        assert frame(pred) == want(pred) and frame(pred)
+
+
 def test_garbage_collection_keeps_what_versions_reference(tmp_path):
     store = str(tmp_path)
     kstore.store_dataset(store, UUID, pd.DataFrame({"id": [1, 2], "a": [1, 2], "c": ["x", "y"]}))
