@@ -50,7 +50,7 @@ from kstore.blocks.write import (
 )
 from kstore.core import naming, runtime, serialize
 from kstore.core.columns import check_written_names, file_name, with_file_names, without_mapping
-from kstore.core.filetable import IDX, file_rows
+from kstore.core.filetable import IDX, file_rows, ipc_text
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
 from kstore.core.metadata import DatasetMetadata
@@ -318,7 +318,7 @@ def commit(
                 on_claimed()
             _publish(store, staged, head, later)
             if staged.checkpoint and staged.meta is not None:
-                write_checkpoint(store, staged.meta, column_indexes=staged.column_indexes)
+                write_checkpoint(store, staged.meta, column_indexes=staged.column_indexes, parts=staged.checkpoint_parts)
                 write_summary(store, dataset_uuid, staged.entry.version, (*head.entries, staged.entry))
         except CommitStateUnknownError:
             raise
@@ -534,6 +534,8 @@ class _Staged:
     #: the inverted indices the kartothek view's index files were built from (the
     #: checkpoint's sorted index blocks reuse their grouping)
     column_indexes: Mapping[str, ColumnIndex] = field(default_factory=dict)
+    #: the checkpoint's parts (:func:`checkpoint_parts` of ``meta``), when built while staging
+    checkpoint_parts: tuple[bytes, bytes, str | None] | None = None
 
 
 def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile], schema: pa.Schema | None,
@@ -561,6 +563,7 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     add_rows: pa.Table | None = None
     index_updates: dict[str, pa.Table] = {}
     built: dict[str, ColumnIndex] = {}
+    add_text: str | None = None
     wanted: list[str] = []
     if not op.is_fence:
         keeps = base is not None and (not op.creates or _overwrite_keeps_schema(op))
@@ -598,15 +601,38 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
             assert new_schema is not None
             new, index_updates = _fill_indices(store, new, op, wanted, new_schema)
             changed = bool(files) or bool(op.added) or bool(op.remove) or bool(index_updates) or reset
-            keys = _kartothek_indices(store, base, new, wanted, new_schema, changed, written, built)
+            filled = new
+            keys, add_text = _both(
+                lambda: _kartothek_indices(store, base, filled, wanted, new_schema, changed, written, built),
+                lambda: ipc_text(add_rows) if add_rows is not None and add_rows.num_rows else None,
+                parallel=add_rows is not None and add_rows.nbytes > PARALLEL_BYTES)
             new = new.evolve(indices=keys, inline_indices={}, stats_key=None)
-    actions = None
-    if new is not None:
-        if reset and not op.creates and base is not None:
-            actions = encode_actions(new, add=new.files.table, reset=True)
+    resets_all = reset and not op.creates and base is not None
+    # a checkpoint certain to follow (the entry holds the added rows' text) is built beside
+    # the entry's encoding, on the core the commit leaves idle (built again after the
+    # claim if this fails: a checkpoint is best effort)
+    early = new is not None and _wants_checkpoint(head, new, reset, len(add_text or ""))
+    snapshot = new
+
+    def entry_parts() -> tuple[dict[str, Any] | None, bytes | None]:
+        if snapshot is None:
+            return None, None
+        if resets_all:
+            encoded = encode_actions(snapshot, add=snapshot.files.table, reset=True)
         else:
-            actions = encode_actions(new, add=add_rows, remove=() if reset else op.remove, reset=reset,
-                                     index=index_updates)
+            encoded = encode_actions(snapshot, add=add_rows, remove=() if reset else op.remove, reset=reset,
+                                     index=index_updates, add_text=add_text)
+        return encoded, main_file_bytes(snapshot, fmt)
+
+    def early_checkpoint() -> tuple[bytes, bytes, str | None] | None:
+        if not early or snapshot is None:
+            return None
+        try:
+            return checkpoint_parts(snapshot, column_indexes=built)
+        except KstoreError:
+            return None
+
+    (actions, main_bytes), checkpoint = _both(entry_parts, early_checkpoint, parallel=early)
     entry = LogEntry(
         version=head.next_version,
         commit_id=commit_id,
@@ -626,7 +652,6 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
     )
     schema_changed = new is not None and new.schema is not None and (
         base_schema is None or not new.schema.equals(base_schema))
-    main_bytes = main_file_bytes(new, fmt) if new is not None else None
     entry_bytes = serialize.dumps(entry.to_dict(), "json")
     return _Staged(
         entry=entry,
@@ -639,7 +664,24 @@ def _stage(store: Store, head: Head, op: Operation, files: Sequence[WrittenFile]
         # a head read around a damaged checkpoint: a fresh one spares later reads that
         checkpoint=new is not None and (_wants_checkpoint(head, new, reset, len(entry_bytes)) or bool(head.damaged)),
         column_indexes=built,
+        checkpoint_parts=checkpoint,
     )
+
+
+#: staging work on more bytes of added file-table rows than this runs in two threads
+PARALLEL_BYTES = 1 << 20
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+def _both(first: Callable[[], A], second: Callable[[], B], *, parallel: bool) -> tuple[A, B]:
+    """``(first(), second())``, on two threads where ``parallel`` (and the runtime allows
+    two: a simulated one runs them in order)."""
+    if not parallel:
+        return first(), second()
+    got: list[Any] = runtime.parallel_map(lambda f: f(), [first, second], cpu_bound=True)
+    return got[0], got[1]
 
 
 #: an entry larger than this (bytes) is followed by a checkpoint: replaying it would decode
@@ -895,7 +937,8 @@ def republish_newest(store: Store, uuid: str, published: int | None, fmt: Metada
 
 
 def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool = True,
-                     replace: bool = False, column_indexes: Mapping[str, ColumnIndex] | None = None) -> bool:
+                     replace: bool = False, column_indexes: Mapping[str, ColumnIndex] | None = None,
+                     parts: tuple[bytes, bytes, str | None] | None = None) -> bool:
     """Write the checkpoint of ``meta``'s version and point ``_last_checkpoint`` at it.
 
     Checkpoints are deterministic, so two writers (or a writer and GC) writing the same one
@@ -907,12 +950,12 @@ def write_checkpoint(store: Store, meta: DatasetMetadata, *, best_effort: bool =
     only source of its version, and a late writer's second copy (which a store could
     damage) must not replace it. ``column_indexes``: the commit's inverted indices of
     ``meta``'s files (the sorted index blocks reuse their grouping instead of sorting the
-    values again).
+    values again). ``parts``: :func:`checkpoint_parts` of ``meta``, when the caller built them.
     """
     assert meta.version is not None
     key = naming.checkpoint_key(meta.uuid, meta.version)
     try:
-        data, blocks, digest = checkpoint_parts(meta, column_indexes=column_indexes)
+        data, blocks, digest = parts if parts is not None else checkpoint_parts(meta, column_indexes=column_indexes)
         if digest is not None:  # before the checkpoint that names it (content-addressed: rewrites agree)
             store.put(naming.sorted_index_key(meta.uuid, meta.version, digest), blocks)
         if replace:

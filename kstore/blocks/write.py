@@ -692,18 +692,56 @@ class DictionaryChoice:
 def _sorted_distinct(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A file's distinct non-null values of an indexed column, sorted where the type sorts
     (the commit takes sorted lists as they are; it sorts floats and the rest itself).
-    Integers sort in numpy (one pass, a third of Arrow's sort-and-take).
+    Integers spanning a range not much wider than the file's rows are marked in a table
+    of that range (no hashing, no sort: W2's 25,000-row files of a 20,000-value
+    ``product``, 0.2 ms a file instead of 0.85); integers in ascending order keep each
+    first of a run; other integers sort in numpy (one pass, a third of Arrow's
+    sort-and-take).
 
     >>> _sorted_distinct(pa.chunked_array([[3, 1, None, 3, 2]])).to_pylist()
     [1, 2, 3]
+    >>> _sorted_distinct(pa.array([2**63 - 1, -2**63, 5])).to_pylist()
+    [-9223372036854775808, 5, 9223372036854775807]
     """
-    distinct = pc.unique(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).drop_null()
+    flat = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pat.is_integer(flat.type) and len(flat) > flat.null_count:
+        present = flat.drop_null() if flat.null_count else flat
+        marked = _marked_distinct(present)
+        if marked is not None:
+            return marked
+        v = present.to_numpy()
+        if len(v) > 1 and bool((v[1:] >= v[:-1]).all()):  # in order already (an id column): drop repeats
+            return pa.array(v[np.concatenate(([True], v[1:] != v[:-1]))], flat.type)
+    distinct = pc.unique(flat).drop_null()
     if pat.is_integer(distinct.type):
         return pa.array(np.sort(distinct.to_numpy()), distinct.type)
     if not pat.is_floating(distinct.type):
         with contextlib.suppress(pa.ArrowNotImplementedError):  # unsorted: the commit sorts
             distinct = distinct.take(pc.array_sort_indices(distinct))
     return distinct
+
+
+def _marked_distinct(values: pa.Array) -> pa.Array | None:
+    """The sorted distinct values of null-free integers whose range is at most a few times
+    their count (else None): each value marks its slot in a table of the range.
+
+    >>> _marked_distinct(pa.array([7, 5, 7], pa.uint8())).to_pylist()
+    [5, 7]
+    """
+    bounds = pc.min_max(values)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    span = hi - lo + 1
+    if span > max(4 * len(values), 1 << 16):
+        return None
+    v = values.to_numpy()
+    present = np.zeros(span, dtype=bool)
+    if v.dtype.kind == "u":  # v >= lo: no wrap in the values' own type
+        present[v - v.dtype.type(lo)] = True
+        found = np.flatnonzero(present).astype(v.dtype) + v.dtype.type(lo)
+    else:  # offsets in int64 (a narrow type would wrap past half its range)
+        present[v.astype(np.int64) - lo] = True
+        found = (np.flatnonzero(present) + lo).astype(v.dtype)
+    return pa.array(found, values.type)
 
 
 def write_partitions(
@@ -833,7 +871,15 @@ def index_file_bytes(index: ColumnIndex) -> bytes:
         labels = pa.DictionaryArray.from_arrays(pa.array(index.label_ids, pa.int32()), index.labels)
         lists = pa.ListArray.from_arrays(pa.array(index.offsets.astype(np.int32)), labels)
         table = pa.table({index.column: index.values, "partition": lists})
-        return _encoded(table, compression="snappy", store_schema=False, write_statistics=[index.column])
+        kwargs: dict[str, Any] = {}
+        if (pat.is_integer(index.values.type) or pat.is_date32(index.values.type) or pat.is_timestamp(index.values.type)
+                ) and index.column != "partition.list.element":  # (a column of the labels' path name)
+            # sorted distinct integers: delta encoding stores their small steps in a few
+            # bits (5M ids: 12 MB -> 50 KB) and spares a dictionary that cannot pay
+            # (0.18 s -> 0.11 s); the labels keep theirs
+            kwargs = {"use_dictionary": ["partition.list.element"],
+                      "column_encoding": {index.column: "DELTA_BINARY_PACKED"}}
+        return _encoded(table, compression="snappy", store_schema=False, write_statistics=[index.column], **kwargs)
     return _encoded(index.to_table(), compression="snappy", write_statistics=[index.column])
 
 

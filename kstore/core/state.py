@@ -78,15 +78,17 @@ DERIVED_KEY = b"kstore.derived"
 
 
 def encode_actions(new: DatasetMetadata, *, add: pa.Table | None = None, remove: Sequence[str] = (),
-                   reset: bool = False, index: Mapping[str, pa.Table] | None = None) -> dict[str, Any]:
+                   reset: bool = False, index: Mapping[str, pa.Table] | None = None,
+                   add_text: str | None = None) -> dict[str, Any]:
     """The ``actions`` of a log entry that turns the parent's state into ``new``.
 
     ``index`` maps a column to a table ``(label, idx:<col>)`` of existing files whose index
-    values the commit filled in (an index build)."""
+    values the commit filled in (an index build). ``add_text``: ``ipc_text(add)``, when the
+    caller encoded it already."""
     out: dict[str, Any] = {"reset": bool(reset), "state": new.to_dict(partitions=False),
                            "remove": list(remove)}
     if add is not None and add.num_rows:
-        out["add"] = ipc_text(add)
+        out["add"] = add_text if add_text is not None else ipc_text(add)
     if index:
         out["index"] = {col: ipc_text(t) for col, t in index.items()}
     return out
@@ -259,7 +261,7 @@ def _grouped_from_index(files: FileTable, index: ColumnIndex | None) -> sorted_i
     where = pc.index_in(index.labels, value_set=files.labels.combine_chunks())
     if where.null_count:
         return None
-    rows = np.asarray(where.to_numpy(zero_copy_only=False), dtype=np.int64)[index.label_ids]
+    rows = np.asarray(where.to_numpy(zero_copy_only=False), dtype=np.int32)[index.label_ids]
     return index.values, np.asarray(index.offsets, dtype=np.int64), rows
 
 

@@ -151,3 +151,32 @@ def test_auto_dictionary_is_judged_on_the_runs_largest_file(tiny_at):
     judged = sorted(part for part, cols in has_dictionary.items() if cols["id"])
     assert len(judged) == len(runs) and tiny_at not in judged  # one judged file a run, never the tiny one
     assert all(any(part in run for part in judged) for run in runs)
+
+
+_INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+@st.composite
+def _int_column(draw: st.DrawFn) -> pa.Array:
+    """Integers of any width, mostly near one base (the marked-table path) with some
+    anywhere in the type's range (the sorting path), sorted or not, and nulls."""
+    t = draw(st.sampled_from(_INT_TYPES))
+    bits = t.bit_width
+    lo, hi = (0, 2**bits - 1) if pa.types.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    base = draw(st.integers(lo, hi))
+    near = st.integers(max(lo, base - 300), min(hi, base + 300))
+    xs = draw(st.lists(st.one_of(st.none(), near, st.integers(lo, hi)), max_size=200))
+    if draw(st.booleans()):  # in ascending order (nulls anywhere): the run path
+        present = iter(sorted(x for x in xs if x is not None))
+        xs = [None if x is None else next(present) for x in xs]
+    return pa.array(xs, t)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_int_column())
+def test_distinct_index_values_of_a_file_are_exact(col: pa.Array) -> None:
+    """A file's index values (:func:`kstore.blocks.write._sorted_distinct`) are its distinct
+    non-null values, sorted, in the column's type, at the edges of every integer width."""
+    got = bw._sorted_distinct(col)
+    assert got.type == col.type
+    assert got.to_pylist() == sorted({x for x in col.to_pylist() if x is not None})
