@@ -49,7 +49,7 @@ from kstore.blocks.write import (
     write_index_file,
 )
 from kstore.core import naming, runtime, serialize
-from kstore.core.columns import check_written_names, file_name, with_file_names, without_mapping
+from kstore.core.columns import check_written_names, current_names, file_name, with_file_names, without_mapping
 from kstore.core.filetable import IDX, file_rows, ipc_text
 from kstore.core.index import ColumnIndex, index_storage_type
 from kstore.core.log import FENCE_OPERATIONS, LOG_MIN_AGE, LogEntry
@@ -715,12 +715,25 @@ def _added_rows(op: Operation, files: Sequence[WrittenFile], schema: pa.Schema, 
     writers' reports; files added without a report get unknown ones (filled below)."""
     by_key = {f.key: f for f in files}
     added = list(op.added)
-    reports = [by_key.get(a.key) for a in added]
+    reports = [_in_current_names(by_key.get(a.key), schema) for a in added]
     return file_rows(
         [a.label for a in added], [a.table for a in added], [a.key for a in added],
         [r.stats if r is not None else None for r in reports], schema,
         {col: [r.index_values.get(col) if r is not None else None for r in reports] for col in wanted},
     )
+
+
+def _in_current_names(report: WrittenFile | None, schema: pa.Schema) -> WrittenFile | None:
+    """A writer's report with its statistics and index values under the names ``schema``
+    gives their columns (a compaction that read the dataset before a rename reports the
+    old names; its files hold the values under the file names the new ones map to)."""
+    if report is None:
+        return None
+    names = current_names(schema, report.stats.columns, dict(report.renamed))
+    if not names:
+        return report
+    stats = replace(report.stats, columns={names.get(c, c): v for c, v in report.stats.columns.items()})
+    return replace(report, stats=stats, index_values={names.get(c, c): v for c, v in report.index_values.items()})
 
 
 def _fill_indices(store: Store, new: DatasetMetadata, op: Operation, wanted: Sequence[str], schema: pa.Schema,

@@ -7,7 +7,7 @@ residual predicate, and partition columns are rebuilt, typed, from the label.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,8 +102,7 @@ def read_task(
             can_push = (expr is not None and all(renames.get(c, c) in physical.names for c in residual_cols)
                         and nan_safe(task.residual, rschema))
             # the pushed filter names the files' columns (a renamed column: its file name)
-            pushed = (to_expression(renamed_dnf(task.residual, renames), _in_files(rschema, renames))
-                      if can_push and renames else expr)
+            pushed = files_expression(task.residual, rschema, renames) if can_push and renames else expr
             stored = [renames.get(c, c) for c in present]
             try:
                 table = fragment.to_table(columns=stored, filter=pushed if can_push else None,
@@ -131,9 +130,12 @@ def read_task(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _in_files(schema: pa.Schema, renames: dict[str, str]) -> pa.Schema:
-    """``schema`` with the renamed columns under their file names."""
-    return pa.schema([f.with_name(renames.get(f.name, f.name)) for f in schema])
+def files_expression(dnf: Any, schema: pa.Schema, renames: Mapping[str, str]) -> ds.Expression:
+    """A predicate in DNF on the dataset's names (``schema``: their read types) as an Arrow
+    expression on the names the files hold the columns under (``renames``: ``{name: file
+    name}`` of the renamed columns)."""
+    in_files = pa.schema([f.with_name(renames.get(f.name, f.name)) for f in schema])
+    return to_expression(renamed_dnf(dnf, renames), in_files)
 
 
 def empty_table(plan: ReadPlan, columns: Sequence[str] | None = None) -> pa.Table:
@@ -210,7 +212,7 @@ def _scan_plan(store: Store, plan: ReadPlan, columns: Sequence[str] | None,
     renames = file_names(plan.schema)  # (renamed columns: the dataset names them as the files do)
     try:
         dataset = plan_dataset(store, plan, data_cols + used_pkeys, in_files=True)
-        expr = to_expression(renamed_dnf(residual, renames), _in_files(rschema, renames)) if residual else None
+        expr = files_expression(residual, rschema, renames) if residual else None
         threads = pool_size(len(tasks), max_workers, cpu_bound=True) > 1
         projection: Any = {c: ds.field(renames.get(c, c)) for c in columns} if renames else columns
         table = dataset.to_table(columns=projection, filter=expr, use_threads=threads)

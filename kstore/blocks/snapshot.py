@@ -467,9 +467,8 @@ class Snapshot:
         renamed columns under their file names (as the files hold them), and those names:
         ``{name: file name}`` (empty for a dataset that never renamed a column)."""
         from kstore.blocks.arrow import plan_dataset
-        from kstore.blocks.read import nan_safe
-        from kstore.core.columns import file_names, renamed_dnf
-        from kstore.core.predicates import to_expression
+        from kstore.blocks.read import files_expression, nan_safe
+        from kstore.core.columns import file_names
         from kstore.core.types import read_schema
 
         plan = self.plan(predicates=predicates, table=table)
@@ -483,8 +482,7 @@ class Snapshot:
                 f"dataset {self.dataset_uuid!r}: a '!=' or 'not in' predicate on a float column cannot be "
                 "attached to a pyarrow dataset exactly (Arrow prunes row groups by statistics that leave "
                 "NaN out, losing NaN rows); read with Snapshot.read_table or filter after scanning")
-        in_files = pa.schema([f.with_name(renames.get(f.name, f.name)) for f in rschema])
-        return dataset.filter(to_expression(renamed_dnf(plan.predicates, renames), in_files)), renames
+        return dataset.filter(files_expression(plan.predicates, rschema, renames)), renames
 
     def to_duckdb(self, table_name: str, connection: Any = None, *, predicates: Any = None, filters: Any = None,
                   table: str | None = None) -> Any:

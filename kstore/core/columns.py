@@ -45,7 +45,7 @@ from kstore.errors import ColumnNotFoundError, CommitConflictError, InvalidArgum
 __all__ = [
     "FILE_NAME", "RETIRED", "ColumnNames", "file_name", "file_names", "retired_names", "file_name_for",
     "with_file_names", "rename_columns", "drop_columns", "files_schema", "without_mapping", "renamed_dnf",
-    "check_written_names", "renamed_pandas_metadata",
+    "check_written_names", "current_names", "renamed_pandas_metadata",
 ]
 
 #: field metadata: the name the data files hold the field under (absent: its own name)
@@ -328,3 +328,25 @@ def check_written_names(schema: pa.Schema, written: Iterable[tuple[str, Sequence
                     f"dataset {dataset!r}: file {key!r} holds column {c!r} under the name {got!r}, but the newest "
                     f"version stores that column under {want!r} (a column was renamed or dropped after this "
                     "write read the dataset); nothing was committed")
+
+
+def current_names(schema: pa.Schema, columns: Iterable[str], renamed: Mapping[str, str]) -> dict[str, str]:
+    """``{column: its name in schema}`` for the columns of a written file that ``schema``
+    calls otherwise now (renamed after the write read the dataset: a compaction racing a
+    rename), found by the file name the file holds each under (``renamed``: ``{name: file
+    name}`` where it is not the name). Columns ``schema`` has under their names, or no
+    longer has, are left out. Check the file first (:func:`check_written_names`).
+
+    >>> moved = pa.schema([pa.field("b", pa.int64(), metadata={FILE_NAME: b"a"}), pa.field("id", pa.int64())])
+    >>> current_names(moved, ["a", "id", "gone"], {})
+    {'a': 'b'}
+    """
+    by_file = {file_name(f): f.name for f in schema}
+    out: dict[str, str] = {}
+    for c in columns:
+        if schema.get_field_index(c) >= 0:
+            continue
+        now = by_file.get(renamed.get(c, c))
+        if now is not None:
+            out[c] = now
+    return out

@@ -121,6 +121,7 @@ from kstore.spark.reader import (
     limited_end,
     max_files_per_trigger,
     newest_change_version,
+    option_flag,
     plan_partitions,
     read_change_partition,
     read_partition,
@@ -946,13 +947,11 @@ def _schema_mode(opts: dict[str, str]) -> SchemaMode:
     mode = (opts.get("schema_mode") or "").strip().lower() or None
     given = "schema_mode"
     for option, when_true in (("mergeSchema", "merge"), ("overwriteSchema", "overwrite")):
-        raw = opts.get(option)
-        if raw is None:
+        flag = option_flag(opts, option)
+        if flag is None:
             continue
-        flag = raw.strip().lower()
-        if flag not in ("true", "false"):
-            raise InvalidArgumentError(f"option {option} must be 'true' or 'false', got {raw!r}")
-        if flag == "false":
+        raw = "true" if flag else "false"
+        if not flag:
             if mode == when_true:
                 raise InvalidArgumentError(f"options {option}={raw!r} and {given}={mode!r} disagree; pass one of them")
             continue

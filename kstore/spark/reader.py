@@ -50,6 +50,7 @@ __all__ = [
     "decode_store",
     "encode_predicates",
     "decode_predicates",
+    "option_flag",
     "DEFAULT_PARTITION_BYTES",
     "READ_OPTIONS",
     "WRITE_OPTIONS",
@@ -316,18 +317,15 @@ def wants_changes(options: Mapping[str, str], *, stream: bool = False) -> bool:
     """Whether the read options ask for the change feed (Delta's ``readChangeFeed=true``).
     A stream (``spark.readStream``) of the dataset's rows takes ``startingVersion`` /
     ``startingTimestamp`` without it (:func:`resolve_appends`)."""
-    opts = {k.lower(): v for k, v in options.items()}
-    raw = opts.get("readchangefeed")
-    if raw is None:
+    flag = option_flag(options, "readChangeFeed")
+    if flag is None:
+        given = {k.lower() for k in options}
         allowed = {o.lower() for o in STREAM_START_OPTIONS} if stream else set()
-        if any(k.lower() in opts and k.lower() not in allowed for k in CHANGE_FEED_OPTIONS):
+        if any(k.lower() in given and k.lower() not in allowed for k in CHANGE_FEED_OPTIONS):
             raise InvalidArgumentError("the options startingVersion / endingVersion / startingTimestamp / "
                                        "endingTimestamp read the change feed: add readChangeFeed=true")
         return False
-    flag = raw.strip().lower()
-    if flag not in ("true", "false"):
-        raise InvalidArgumentError(f"option readChangeFeed must be 'true' or 'false', got {raw!r}")
-    return flag == "true"
+    return flag
 
 
 def _version_option(options: Mapping[str, str], name: str) -> int | None:
@@ -389,10 +387,17 @@ def _starting_version(st: Store, uuid: str, options: Mapping[str, str]) -> int |
     return start
 
 
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    raw = options.get(name)
+def option_flag(options: Mapping[str, str], name: str) -> bool | None:
+    """A ``true`` / ``false`` option (Spark's spelling, any case; the name matched without
+    regard to case, as Spark matches option names); None when it is not given.
+
+    >>> option_flag({"mergeschema": " TRUE"}, "mergeSchema"), option_flag({}, "mergeSchema")
+    (True, None)
+    """
+    wanted = name.lower()
+    raw = next((v for k, v in options.items() if k.lower() == wanted), None)
     if raw is None:
-        return False
+        return None
     flag = raw.strip().lower()
     if flag not in ("true", "false"):
         raise InvalidArgumentError(f"option {name} must be 'true' or 'false', got {raw!r}")
@@ -444,7 +449,7 @@ def resolve_appends(options: Mapping[str, str]) -> AppendSource:
         raise DatasetNotFoundError(f"dataset {uuid!r} does not exist: a stream reads an existing dataset "
                                    "(its columns are the stream's)")
     start = _starting_version(st, uuid, options)
-    skip = _flag(options, "skipChangeCommits")
+    skip = bool(option_flag(options, "skipChangeCommits"))
     first = newest.version if start is None else start
     changes = plan_changes(st, uuid, first if first is not None else 0, newest.version)
     data = pa.schema([f for f in changes.schema if f.name not in CHANGE_COLUMNS])

@@ -461,3 +461,40 @@ def test_any_sequence_reads_as_the_model(steps):
             value = want[col].dropna().iloc[0]
             hit = kstore.read_dataset(store, UUID, version=v, predicates=[[(col, "==", value)]])
             assert rows(hit) == rows(want[want[col] == value]), (v, col, steps)
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_compaction_that_raced_a_rename_keeps_statistics_and_index(store_url, indexed):
+    """The compaction read version 2 (column ``a``), a rename ``a -> b`` committed, then the
+    compaction commits (its files hold ``a`` under the file name ``b`` now has, so its rows
+    are right): the compacted file's statistics and index values count for ``b``, so a
+    predicate on ``b`` still prunes it."""
+    import pyarrow.compute as pc
+
+    from kstore.blocks.compact import CompactionRequest, finish_compaction, plan_compaction, rewrite_groups
+
+    kstore.store_dataset(store_url, UUID, pd.DataFrame({"p": [0, 0], "id": [1, 2], "a": [10, 20]}),
+                         partition_on="p", secondary_indices=["a"] if indexed else None)
+    kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [0], "id": [3], "a": [30]}))
+    kstore.update_dataset(store_url, UUID, pd.DataFrame({"p": [1], "id": [4], "a": [1000]}))
+    st_ = open_store(store_url)
+    plan = plan_compaction(st_, UUID, CompactionRequest(min_files=2))
+    assert len(plan.groups) == 1  # the two files of p=0
+    written = rewrite_groups(st_, plan)
+    kstore.rename_columns(store_url, UUID, {"a": "b"})
+    finish_compaction(st_, plan, written)
+    meta = kstore.load_metadata(store_url, UUID)
+    assert meta.version == 4
+    stats = meta.files.stats()
+    compacted = stats.filter(pc.equal(stats.column("label"), written[0].label)).to_pylist()
+    assert [(r["min:b"], r["max:b"], r["nulls:b"]) for r in compacted] == [(10, 30, 0)]
+    assert "min:a" not in stats.column_names
+    plan_b = kstore.plan_read(store_url, UUID, predicates=[[("b", ">", 500)]])
+    assert plan_b.n_files == 2 and len(plan_b.tasks) == 1  # the compacted file is pruned
+    got = kstore.read_dataset(store_url, UUID, predicates=[[("b", "<=", 30)]])
+    assert rows(got) == [(10, 1, 0), (20, 2, 0), (30, 3, 0)]  # b, id, p
+    if indexed:
+        assert list(meta.indices) == ["b"]
+        lists = meta.files.index_lists("b")
+        by_label = dict(zip(meta.files.labels.to_pylist(), lists.to_pylist()))
+        assert by_label[written[0].label] == [10, 20, 30]
