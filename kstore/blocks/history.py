@@ -350,9 +350,12 @@ def write_summary(store: Store, dataset_uuid: str, version: int, known: Sequence
             if e is not None:
                 have[v] = record_of(e)
         large |= {v for v, r in have.items() if not r.small}
-        expired = set(listing.expired)
-        records = [have[v].expire() if v in expired and have[v].kind == "dataset" else have[v]
-                   for v in listed if v in have and v not in large]
+        # a version with an expired marker is left out (its entry decides for the readers
+        # and the next summary): GC may still tombstone it, or find it retained after all
+        # and delete the marker; either way this summary must not outlive the marker
+        marked = set(listing.expired)
+        records = [have[v] for v in listed
+                   if v in have and v not in large and not (v in marked and have[v].kind == "dataset")]
         large &= set(listed)
         store.put(naming.summary_key(dataset_uuid, version), encode_summary(version, records, sorted(large)))
     except KstoreError as exc:

@@ -233,3 +233,28 @@ def test_a_large_create_stays_out_of_the_summaries_and_is_read_once():
     assert sum(counting.calls.values()) <= 20 and ("get", naming.log_key("ds", 0)) in counting.keys
     assert got[0].n_files == 1200 and len(got[0].added) == 1200
     assert rows(got) == rows(kstore.history(without_summaries(store, "ds"), "ds"))
+
+
+@pytest.mark.parametrize("outcome", ["retained", "tombstoned"])
+def test_a_summary_written_while_gc_marks_a_version_does_not_outlive_the_marker(outcome):
+    """GC marks version 3 expired (the marker before its tombstone); a writer's summary is
+    written meanwhile; then GC either finds the version retained after all (its tombstone
+    put failed, or a later run keeps it) and deletes the marker, or tombstones the entry
+    and deletes the marker. history() then shows the version as live, resp. expired, as the
+    per-entry answer does (the simulation found the first case: a summary that had baked
+    the marker in kept showing a live version as expired)."""
+    store = MemoryStore()
+    clock = runtime.FixedRuntime(EPOCH, seed=3)
+    with runtime.installed(clock):
+        commit_many(store, "ds", 12, clock)
+        store.put(naming.expired_key("ds", 3), b"")
+        assert [h.version for h in kstore.history(store, "ds") if h.expired] == [3]  # conservative meanwhile
+        assert hist.write_summary(store, "ds", 11)
+        if outcome == "tombstoned":
+            entry = load.load_entry(store, "ds", 3)
+            store.put(naming.log_key("ds", 3), serialize.dumps(entry.tombstone().to_dict(), "json"))
+        store.delete(naming.expired_key("ds", 3))
+        got = kstore.history(store, "ds")
+    assert [h.version for h in got if h.expired] == ([3] if outcome == "tombstoned" else [])
+    assert rows(got) == rows(kstore.history(without_summaries(store, "ds"), "ds"))
+    assert [h.expired for h in got] == [h.expired for h in kstore.history(without_summaries(store, "ds"), "ds")]
