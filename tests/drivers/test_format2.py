@@ -13,6 +13,7 @@ import functools
 import json
 from datetime import timedelta
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -276,13 +277,15 @@ def test_a_large_entry_is_followed_by_a_checkpoint(tmp_path):
     kstore.store_dataset(url, "big", small, partition_on="p", secondary_indices="id", mode="overwrite")
     assert not st.exists(naming.checkpoint_key("big", 1))  # small: replayed
     n = 300_000
-    big = pd.DataFrame({"p": [i % 2 for i in range(n)], "id": range(n)})
+    ids = np.random.default_rng(7).integers(0, 2**62, n)  # (random: they do not compress)
+    big = pd.DataFrame({"p": [i % 2 for i in range(n)], "id": ids})
     kstore.store_dataset(url, "big", big, partition_on="p", secondary_indices="id", mode="overwrite")
     assert len(st.get(naming.log_key("big", 2))) > LARGE_ENTRY_BYTES
     assert st.exists(naming.checkpoint_key("big", 2))
     head = load.load_head(st, "big")
     assert head.version == 2 and head.chain == 0  # from the checkpoint, no entry replayed
-    assert list(kstore.read_dataset(url, "big", predicates=[[("id", "==", 12345)]])["id"]) == [12345]
+    wanted = int(ids[12345])
+    assert list(kstore.read_dataset(url, "big", predicates=[[("id", "==", wanted)]])["id"]) == [wanted]
 
 
 @pytest.mark.parametrize("threads", [None, 1])
