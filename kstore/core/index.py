@@ -45,7 +45,7 @@ def _int_range(t: pa.DataType) -> tuple[int, int]:
     bits = t.bit_width
     return (0, 2**bits - 1) if pat.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
-__all__ = ["ColumnIndex", "index_storage_type"]
+__all__ = ["ColumnIndex", "index_storage_type", "range_distinct"]
 
 
 def _index_values(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.DataType]:
@@ -109,6 +109,35 @@ def stable_order(values: pa.Array) -> np.ndarray:
     return np.asarray(pc.sort_indices(values).to_numpy(zero_copy_only=False))
 
 
+def _range_offsets(v: np.ndarray, lo: int) -> np.ndarray:
+    """``v - lo`` for integers ``>= lo`` without wrapping: unsigned in their own type, signed
+    in int64 (a narrow type would wrap past half its range)."""
+    out: np.ndarray = v - v.dtype.type(lo) if v.dtype.kind == "u" else np.subtract(v, lo, dtype=np.int64)
+    return out
+
+
+def _range_values(where: np.ndarray, lo: int, dtype: np.dtype) -> np.ndarray:
+    """The values at offsets ``where`` from ``lo`` (:func:`_range_offsets` reversed), in ``dtype``."""
+    if dtype.kind == "u":
+        values = where.astype(dtype)
+        values += dtype.type(lo)
+        return values
+    where = where + lo
+    return where.astype(dtype, copy=False)
+
+
+def range_distinct(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The sorted distinct values of integers in ``[lo, hi]``, each marking its slot in a
+    table of that range (no hashing, no sort: for a range not much wider than the values).
+
+    >>> range_distinct(np.array([7, 5, 7], np.uint8), 5, 7).tolist()
+    [5, 7]
+    """
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[_range_offsets(v, lo)] = True
+    return _range_values(np.flatnonzero(present), lo, v.dtype)
+
+
 def _distinct_dense(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The ascending order of integers in ``[lo, hi]`` and the values in that order, when
     they are all distinct (an id column), by placing each position at its value's slot:
@@ -122,21 +151,12 @@ def _distinct_dense(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.nda
     # few and narrow temporaries: each large one costs its page faults again
     pos = np.int32 if len(v) < (1 << 31) else np.int64
     slot = np.full(hi - lo + 1, -1, dtype=pos)
-    offsets = v - v.dtype.type(lo) if v.dtype.kind == "u" else np.subtract(v, lo, dtype=np.int64)
-    slot[offsets] = np.arange(len(v), dtype=pos)
-    del offsets
+    slot[_range_offsets(v, lo)] = np.arange(len(v), dtype=pos)
     taken = slot >= 0
     order = slot[taken]
     if len(order) != len(v):
         return None
-    where = np.flatnonzero(taken)
-    if v.dtype.kind == "u":
-        values = where.astype(v.dtype)
-        values += v.dtype.type(lo)
-    else:
-        where += lo
-        values = where.astype(v.dtype, copy=False)
-    return order, values
+    return order, _range_values(np.flatnonzero(taken), lo, v.dtype)
 
 
 def _distinct_grouped(column: str, values: pa.Array, ids: pa.Array | np.ndarray,
